@@ -1,0 +1,100 @@
+"""asyncio transport over tritonclient.grpc.aio / tritonclient.http.aio; mirrors `SyncTransport`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from clients._errors_map import translate_error
+from clients.detection import INPUT_NAME, OUTPUT_NAMES, as_batch_array
+from clients.endpoint import Endpoint
+from clients.errors import ClientError
+
+
+class AsyncTransport:
+    """Creates its tritonclient client lazily, inside the running loop (aiohttp insists on that)."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        timeout_s: float,
+        options: Mapping[str, Any] | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self._options = dict(options or {})
+        self._verbose = verbose
+        self._module: Any = None
+        self._client: Any = None
+
+    def _get_client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        try:
+            if self.endpoint.protocol == "grpc":
+                import tritonclient.grpc.aio as grpc_aio
+
+                self._module = grpc_aio
+                self._client = grpc_aio.InferenceServerClient(
+                    self.endpoint.address, verbose=self._verbose, ssl=self.endpoint.ssl, **self._options
+                )
+            else:
+                import tritonclient.http.aio as http_aio
+
+                self._module = http_aio
+                self._client = http_aio.InferenceServerClient(
+                    self.endpoint.address,
+                    verbose=self._verbose,
+                    ssl=self.endpoint.ssl,
+                    conn_timeout=self.timeout_s,
+                    **self._options,
+                )
+        except Exception as exc:
+            raise translate_error(exc, self.endpoint, self.timeout_s) from exc
+        return self._client
+
+    async def _call(self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        client = self._get_client()
+        limit = timeout_s or self.timeout_s
+        try:
+            if self.endpoint.protocol == "grpc":
+                return await getattr(client, method)(*args, client_timeout=limit, **kwargs)
+            # aiohttp's session timeout covers the request; wait_for also bounds a shorter per-call limit.
+            return await asyncio.wait_for(getattr(client, method)(*args, **kwargs), limit)
+        except Exception as exc:
+            raise translate_error(exc, self.endpoint, limit) from exc
+
+    async def infer(self, model: str, images: Sequence[bytes], batched: bool) -> dict[str, np.ndarray]:
+        """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching."""
+        self._get_client()
+        data = as_batch_array(images)
+        if not batched:
+            data = data.reshape(-1)
+        tensor = self._module.InferInput(INPUT_NAME, list(data.shape), "BYTES")
+        tensor.set_data_from_numpy(data)
+        outputs = [self._module.InferRequestedOutput(name) for name in OUTPUT_NAMES]
+        result = await self._call("infer", model, [tensor], outputs=outputs)
+        return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
+
+    async def model_config(self, model: str) -> dict[str, Any]:
+        if self.endpoint.protocol == "grpc":
+            config = await self._call("get_model_config", model, as_json=True)
+        else:
+            config = await self._call("get_model_config", model)
+        if not isinstance(config, dict):
+            raise ClientError(f"unexpected model config answer from {self.endpoint}: {type(config).__name__}")
+        return config
+
+    async def is_ready(self, model: str, timeout_s: float | None = None) -> bool:
+        """Server and model both ready; raises when the server cannot be reached at all."""
+        server = await self._call("is_server_ready", timeout_s=timeout_s)
+        return bool(server) and bool(await self._call("is_model_ready", model, timeout_s=timeout_s))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()

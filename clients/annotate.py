@@ -1,0 +1,55 @@
+"""Draw detections onto a copy of the image with OpenCV (client-side, for humans to look at)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from clients.detection import DetectionResult
+from clients.errors import ClientError
+
+_WRITABLE = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+def _color(class_id: int) -> tuple[int, int, int]:
+    """A stable, well-spread BGR colour per class."""
+    hue = (class_id * 47) % 180
+    import cv2
+
+    bgr = cv2.cvtColor(np.array([[[hue, 200, 255]]], dtype=np.uint8), cv2.COLOR_HSV2BGR)[0, 0]
+    return int(bgr[0]), int(bgr[1]), int(bgr[2])
+
+
+def draw_detections(image: np.ndarray, result: DetectionResult) -> np.ndarray:
+    """A BGR copy of `image` with one box and a `name score` label per detection."""
+    import cv2
+
+    canvas = image.copy()
+    thickness = max(1, round(min(canvas.shape[:2]) / 300))
+    for det in result:
+        x1, y1, x2, y2 = (round(v) for v in det.box)
+        color = _color(det.class_id)
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness)
+        label = f"{det.class_name} {det.score:.2f}"
+        (w, h), base = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
+        top = y1 - h - base if y1 - h - base >= 0 else y1  # keep the label inside the image
+        cv2.rectangle(canvas, (x1, top), (x1 + w, top + h + base), color, cv2.FILLED)
+        cv2.putText(canvas, label, (x1, top + h), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
+    return canvas
+
+
+def annotate_image(data: bytes, result: DetectionResult, output: Path) -> Path:
+    """Decode `data`, draw `result`, write to `output` (as PNG if OpenCV cannot write that suffix)."""
+    import cv2
+
+    # IMREAD_COLOR applies EXIF orientation, so boxes land where the server (which also honours it) saw them.
+    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR) if data else None
+    if image is None:
+        raise ClientError(f"cannot decode the image to annotate {output.name!r}")
+    if output.suffix.lower() not in _WRITABLE:
+        output = output.with_suffix(".png")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(output), draw_detections(image, result)):
+        raise ClientError(f"cannot write annotated image {str(output)!r}")
+    return output

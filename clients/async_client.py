@@ -1,0 +1,101 @@
+"""asyncio detection client: the `DetectionClient` API with awaitable calls."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from clients._async_transport import AsyncTransport
+from clients.detection import (
+    DetectionResult,
+    ModelInfo,
+    decode_outputs,
+    model_info_from_config,
+    split_batches,
+)
+from clients.endpoint import Endpoint, parse_endpoint
+from clients.errors import ClientError, ClientTimeoutError, ServerUnavailableError
+from clients.images import ImageInput, image_bytes
+from clients.sync_client import DEFAULT_URL, check_timeout
+
+
+class AsyncDetectionClient:
+    """Like `DetectionClient`, on tritonclient's asyncio clients. Use one instance per event loop."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        protocol: str | None = None,
+        model: str = "yolo",
+        timeout_s: float = 10.0,
+        *,
+        client_options: Mapping[str, Any] | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.endpoint: Endpoint = parse_endpoint(url, protocol)
+        self.model = model
+        self.timeout_s = check_timeout(timeout_s)
+        self._transport = AsyncTransport(self.endpoint, self.timeout_s, client_options, verbose)
+        self._info: ModelInfo | None = None
+
+    async def __aenter__(self) -> AsyncDetectionClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def model_info(self) -> ModelInfo:
+        """Batch limit and class names of the ensemble, fetched on first call."""
+        if self._info is None:
+            self._info = model_info_from_config(self.model, await self._transport.model_config(self.model))
+        return self._info
+
+    async def detect(self, image: ImageInput) -> DetectionResult:
+        """Detections for one encoded image (bytes) or image file (path)."""
+        return (await self.detect_many([image]))[0]
+
+    async def detect_many(self, images: Sequence[ImageInput]) -> list[DetectionResult]:
+        """One request per `max_batch_size` images, sent concurrently; results in input order."""
+        data = [image_bytes(image) for image in images]
+        if not data:
+            return []
+        info = await self.model_info()
+        batched = info.max_batch_size > 0
+        chunks = split_batches(len(data), info.max_batch_size)
+        tasks = [
+            asyncio.ensure_future(self._transport.infer(self.model, data[c.start : c.stop], batched))
+            for c in chunks
+        ]
+        try:
+            answers = await asyncio.gather(*tasks)
+        finally:  # on the first failure, do not leave the other requests running unobserved
+            for task in tasks:
+                task.cancel()
+        results = [result for outputs in answers for result in decode_outputs(outputs, info)]
+        if len(results) != len(data):
+            raise ClientError(f"model {self.model!r} returned {len(results)} results for {len(data)} images")
+        return results
+
+    async def wait_until_ready(self, timeout_s: float = 60.0, poll_s: float = 0.25) -> None:
+        """Wait until the server and the model are ready; ServerUnavailableError after `timeout_s`."""
+        deadline = time.monotonic() + check_timeout(timeout_s)
+        reason = "not ready"
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                if await self._transport.is_ready(self.model, max(0.05, min(self.timeout_s, remaining))):
+                    return
+                reason = f"server or model {self.model!r} not ready"
+            except (ServerUnavailableError, ClientTimeoutError) as exc:
+                reason = str(exc)
+            if remaining <= 0:
+                raise ServerUnavailableError(f"{self.endpoint} not ready after {timeout_s:g} s: {reason}")
+            await asyncio.sleep(min(poll_s, max(remaining, 0.0)))

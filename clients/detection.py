@@ -1,0 +1,155 @@
+"""Result types and the decoding of the ensemble's padded output tensors into them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clients.errors import ClientError
+
+OUTPUT_NAMES = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+INPUT_NAME = "IMAGE"
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One object: `box` is (x1, y1, x2, y2) in original image pixels."""
+
+    box: tuple[float, float, float, float]
+    score: float
+    class_id: int
+    class_name: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "box": list(self.box),
+            "score": self.score,
+            "class_id": self.class_id,
+            "class_name": self.class_name,
+        }
+
+
+@dataclass(frozen=True)
+class DetectionResult:
+    """All detections of one image, best score first (the server's order)."""
+
+    detections: tuple[Detection, ...]
+
+    def __len__(self) -> int:
+        return len(self.detections)
+
+    def __iter__(self) -> Iterator[Detection]:
+        return iter(self.detections)
+
+    @property
+    def boxes(self) -> np.ndarray:
+        """float32 [K, 4], handy for comparing with numpy-based references."""
+        return np.asarray([d.box for d in self.detections], dtype=np.float32).reshape(-1, 4)
+
+    @property
+    def scores(self) -> np.ndarray:
+        return np.asarray([d.score for d in self.detections], dtype=np.float32)
+
+    @property
+    def class_ids(self) -> np.ndarray:
+        return np.asarray([d.class_id for d in self.detections], dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the client needs from the ensemble config, read once per client."""
+
+    name: str
+    max_batch_size: int
+    class_names: tuple[str, ...]
+
+    def class_name(self, class_id: int) -> str:
+        if 0 <= class_id < len(self.class_names):
+            return self.class_names[class_id]
+        return f"class_{class_id}"
+
+
+def model_info_from_config(name: str, config: Mapping[str, Any]) -> ModelInfo:
+    """Read `max_batch_size` and the `class_names` parameter (JSON list) from a model config in JSON form.
+
+    Accepts both shapes tritonclient returns: HTTP gives the config itself, gRPC wraps it in {"config": ...}.
+    """
+    if "config" in config and isinstance(config["config"], Mapping):
+        config = config["config"]
+    max_batch = int(config.get("max_batch_size", 0) or 0)
+    raw = config.get("parameters", {}).get("class_names", {}).get("string_value")
+    if raw is None:
+        return ModelInfo(name=name, max_batch_size=max_batch, class_names=())
+    try:
+        names = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ClientError(f"model {name!r}: parameter class_names is not valid JSON ({exc.msg})") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ClientError(f"model {name!r}: parameter class_names must be a JSON list of strings")
+    return ModelInfo(name=name, max_batch_size=max_batch, class_names=tuple(names))
+
+
+def decode_outputs(outputs: Mapping[str, np.ndarray], info: ModelInfo) -> list[DetectionResult]:
+    """Cut the padded [N, max_det, ...] outputs to `num_detections` rows per image.
+
+    Shapes are checked because a mismatch means client and ensemble disagree on the contract,
+    and silently reading padding as detections would be worse than failing.
+    """
+    missing = [n for n in OUTPUT_NAMES if outputs.get(n) is None]
+    if missing:
+        raise ClientError(f"model {info.name!r} response lacks output(s) {', '.join(missing)}")
+    num = np.asarray(outputs["num_detections"]).reshape(-1)
+    batch = num.shape[0]
+    boxes = np.asarray(outputs["detection_boxes"], dtype=np.float32)
+    scores = np.asarray(outputs["detection_scores"], dtype=np.float32)
+    classes = np.asarray(outputs["detection_classes"])
+    if boxes.ndim == 2 and batch == 1:  # unbatched model: add the batch axis back
+        boxes, scores, classes = boxes[None], scores[None], classes[None]
+    max_det = boxes.shape[1] if boxes.ndim == 3 else -1
+    if (
+        boxes.shape != (batch, max_det, 4)
+        or scores.shape != (batch, max_det)
+        or classes.shape != (batch, max_det)
+    ):
+        raise ClientError(
+            f"model {info.name!r} returned unexpected shapes: num_detections {num.shape}, boxes {boxes.shape}, "
+            f"scores {scores.shape}, classes {classes.shape}"
+        )
+    if batch and (num.min() < 0 or num.max() > max_det):
+        raise ClientError(
+            f"model {info.name!r} returned num_detections {num.tolist()} outside [0, {max_det}]"
+        )
+    return [_decode_one(int(n), boxes[i], scores[i], classes[i], info) for i, n in enumerate(num)]
+
+
+def _decode_one(
+    count: int, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, info: ModelInfo
+) -> DetectionResult:
+    detections = tuple(
+        Detection(
+            box=(float(boxes[k, 0]), float(boxes[k, 1]), float(boxes[k, 2]), float(boxes[k, 3])),
+            score=float(scores[k]),
+            class_id=int(classes[k]),
+            class_name=info.class_name(int(classes[k])),
+        )
+        for k in range(count)
+    )
+    return DetectionResult(detections=detections)
+
+
+def split_batches(count: int, max_batch_size: int) -> list[range]:
+    """Index ranges of at most `max_batch_size` items (a model without batching takes one at a time)."""
+    step = max(1, max_batch_size)
+    return [range(start, min(start + step, count)) for start in range(0, count, step)]
+
+
+def as_batch_array(images: Sequence[bytes]) -> np.ndarray:
+    """Shape [N, 1] object array of encoded images, the ensemble's BYTES input."""
+    array = np.empty((len(images), 1), dtype=np.object_)
+    for i, data in enumerate(images):
+        array[i, 0] = data
+    return array

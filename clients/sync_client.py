@@ -1,0 +1,111 @@
+"""Blocking detection client over gRPC or HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from clients._transport import SyncTransport
+from clients.detection import (
+    DetectionResult,
+    ModelInfo,
+    decode_outputs,
+    model_info_from_config,
+    split_batches,
+)
+from clients.endpoint import Endpoint, parse_endpoint
+from clients.errors import ClientError, ClientTimeoutError, ServerUnavailableError
+from clients.images import ImageInput, image_bytes
+
+DEFAULT_URL = "127.0.0.1:8001"
+
+
+def check_timeout(timeout_s: float) -> float:
+    """Reject timeouts that would mean 'wait forever' or fail every call."""
+    if not timeout_s > 0:
+        raise ClientError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    return float(timeout_s)
+
+
+class DetectionClient:
+    """Send encoded images to the detection ensemble and get typed detections back.
+
+    The protocol comes from the URL scheme (`grpc://`, `grpcs://`, `http://`, `https://`) or `protocol`,
+    gRPC for a bare `host:port`. The ensemble config (batch limit, class names) is read once, on first use.
+    The HTTP flavour is gevent-based: use one client per thread.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        protocol: str | None = None,
+        model: str = "yolo",
+        timeout_s: float = 10.0,
+        *,
+        client_options: Mapping[str, Any] | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.endpoint: Endpoint = parse_endpoint(url, protocol)
+        self.model = model
+        self.timeout_s = check_timeout(timeout_s)
+        self._transport = SyncTransport(self.endpoint, self.timeout_s, client_options, verbose)
+        self._info: ModelInfo | None = None
+
+    def __enter__(self) -> DetectionClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Batch limit and class names of the ensemble, fetched on first access."""
+        if self._info is None:
+            self._info = model_info_from_config(self.model, self._transport.model_config(self.model))
+        return self._info
+
+    def detect(self, image: ImageInput) -> DetectionResult:
+        """Detections for one encoded image (bytes) or image file (path)."""
+        return self.detect_many([image])[0]
+
+    def detect_many(self, images: Sequence[ImageInput]) -> list[DetectionResult]:
+        """One request per `max_batch_size` images, results in input order.
+
+        A request fails as a whole: if the server rejects one image, the others of that request get no result.
+        """
+        data = [image_bytes(image) for image in images]
+        if not data:
+            return []
+        info = self.model_info
+        results: list[DetectionResult] = []
+        for chunk in split_batches(len(data), info.max_batch_size):
+            outputs = self._transport.infer(
+                self.model, data[chunk.start : chunk.stop], info.max_batch_size > 0
+            )
+            results.extend(decode_outputs(outputs, info))
+        if len(results) != len(data):
+            raise ClientError(f"model {self.model!r} returned {len(results)} results for {len(data)} images")
+        return results
+
+    def wait_until_ready(self, timeout_s: float = 60.0, poll_s: float = 0.25) -> None:
+        """Block until the server and the model are ready; ServerUnavailableError after `timeout_s`."""
+        deadline = time.monotonic() + check_timeout(timeout_s)
+        reason = "not ready"
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                if self._transport.is_ready(self.model, max(0.05, min(self.timeout_s, remaining))):
+                    return
+                reason = f"server or model {self.model!r} not ready"
+            except (ServerUnavailableError, ClientTimeoutError) as exc:
+                reason = str(exc)
+            if remaining <= 0:
+                raise ServerUnavailableError(f"{self.endpoint} not ready after {timeout_s:g} s: {reason}")
+            time.sleep(min(poll_s, max(remaining, 0.0)))
