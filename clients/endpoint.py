@@ -75,6 +75,8 @@ def _with_port(host: str, protocol: Protocol, url: str) -> str:
         host_part, _, port = host.partition(":")
         if ":" in port:
             raise ClientError(f"cannot parse host:port from {url!r} (wrap IPv6 addresses in [brackets])")
+    if host_part in ("", "[]"):
+        raise ClientError(f"no host in server URL {url!r}")
     if not port:
         return f"{host_part}:{DEFAULT_PORTS[protocol]}"
     if not port.isdigit() or not 0 < int(port) < 65536:
