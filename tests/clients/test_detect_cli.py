@@ -86,7 +86,12 @@ def test_format_json_round_trips(tmp_path):
     assert "\n" not in line
     obj = json.loads(line)
     assert obj["image"] == str(tmp_path / "a.png")
-    assert obj["detections"][0] == {"box": [1.0, 2.5, 30.25, 40.0], "score": 0.875, "class_id": 2, "class_name": "triangle"}
+    assert obj["detections"][0] == {
+        "box": [1.0, 2.5, 30.25, 40.0],
+        "score": 0.875,
+        "class_id": 2,
+        "class_name": "triangle",
+    }
     assert len(obj["detections"]) == 2
     assert json.loads(format_json(Path("b.jpg"), DetectionResult(())))["detections"] == []
 

@@ -46,7 +46,9 @@ def test_decode_cuts_padding_and_maps_names():
     results = decode_outputs(padded_outputs(dets, pad_value=99.0), INFO)
     assert [len(r) for r in results] == [2, 0, 1]
     first = results[0].detections[0]
-    assert first == Detection(box=(10.5, 20.25, 110.0, 220.75), score=pytest.approx(0.9), class_id=1, class_name="square")
+    assert first == Detection(
+        box=(10.5, 20.25, 110.0, 220.75), score=pytest.approx(0.9), class_id=1, class_name="square"
+    )
     assert results[0].detections[1].class_name == "triangle"
     assert results[2].detections[0].class_name == "class_7"  # beyond the names list
     assert results[1].detections == ()

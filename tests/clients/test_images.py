@@ -18,7 +18,7 @@ def test_path_and_str_are_read(tmp_path):
 
 
 def test_missing_file_is_a_client_error(tmp_path):
-    with pytest.raises(ImageSourceError, match="nope.png"):
+    with pytest.raises(ImageSourceError, match=r"nope\.png"):
         image_bytes(tmp_path / "nope.png")
     with pytest.raises(ImageSourceError):
         image_bytes(tmp_path)  # a directory
