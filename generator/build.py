@@ -1,0 +1,131 @@
+"""Build a model repository: inspect -> precision -> normalisation prefix -> render -> write.
+
+Library entry point of ``python -m generator build``; the command only turns argv into these calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from . import __version__
+from .errors import GeneratorError
+from .graph_prefix import SERVED_INPUT, add_normalisation_prefix
+from .onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
+from .render import render_models
+from .repository import write_repository
+from .spec import BuildOptions
+
+DEMO_ONNX = Path(__file__).parent / "demo" / "demo_detector.onnx"
+_STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
+
+# Turns the FP32 model into the requested precision; set by generator.precision (FP16/INT8).
+PrecisionTransform = Callable[[onnx.ModelProto, DetectorInfo, BuildOptions], tuple[onnx.ModelProto, dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    output: Path
+    info: DetectorInfo
+    models: tuple[str, ...]
+    manifest: dict[str, object]
+
+
+def served_info(info: DetectorInfo) -> DetectorInfo:
+    """Describe the detector as served: uint8 BGR NHWC input from the normalisation prefix."""
+    batch, _, height, width = info.input.shape
+    served_input = TensorInfo(SERVED_INPUT, TensorProto.UINT8, (batch, height, width, 3))
+    return dataclasses.replace(info, input=served_input)
+
+
+def _python_step_files(model: str, source: str) -> dict[str, bytes]:
+    """model.py plus the shared helpers and the pure pipeline package, copied next to it."""
+    models = resources.files("generator.models")
+    pipeline = resources.files("generator.pipeline")
+    files = {
+        f"{model}/1/model.py": models.joinpath(source).read_bytes(),
+        f"{model}/1/ensemble_common.py": models.joinpath("ensemble_common.py").read_bytes(),
+    }
+    for entry in pipeline.iterdir():
+        if entry.name.endswith(".py"):
+            files[f"{model}/1/ensemble_pipeline/{entry.name}"] = entry.read_bytes()
+    return files
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def build_repository(
+    onnx_path: Path,
+    output: Path,
+    options: BuildOptions,
+    force: bool = False,
+    precision_transform: PrecisionTransform | None = None,
+) -> BuildResult:
+    """Build the whole repository in memory, check it, then write it atomically."""
+    if options.target == "tensorrt":
+        raise GeneratorError(
+            "--target tensorrt builds a TensorRT plan, which needs TensorRT and an NVIDIA GPU on this machine; "
+            "run the build on the GPU host (see README, 'Deploy on a GPU host'), or use --target onnxruntime"
+        )
+    info = inspect_onnx(onnx_path, options.image_size)
+    model = onnx.load(str(onnx_path))
+    precision_facts: dict[str, str] = {}
+    if options.precision != "fp32":
+        if precision_transform is None:
+            raise GeneratorError(f"--precision {options.precision} is not available in this build")
+        model, precision_facts = precision_transform(model, info, options)
+    served = add_normalisation_prefix(model)
+    info_served = served_info(info)
+    names = options.model_names
+    extra = {
+        "detector": {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}
+        if options.target == "embedded" else {},
+        "nms": {"raw_output": info.output.name},
+    }
+    rendered = render_models(info_served, options, extra)
+
+    files: dict[str, bytes] = {}
+    for model_name, r in rendered.items():
+        files[f"{model_name}/config.pbtxt"] = r.text.encode()
+    files[f"{options.name}/1/.keep"] = b""  # an ensemble still needs a version folder
+    files[f"{names['detector']}/1/model.onnx"] = served.SerializeToString()
+    for step, source in _STEP_SOURCES.items():
+        if step == "detector" and options.target != "embedded":
+            continue
+        files.update(_python_step_files(names[step], source))
+
+    manifest: dict[str, object] = {
+        "tool": "triton-detection-ensemble",
+        "tool_version": __version__,
+        "name": options.name,
+        "target": options.target,
+        "precision": options.precision,
+        "source_onnx": {"path": onnx_path.name, "sha256": _sha256(onnx_path.read_bytes())},
+        "detector": {
+            "layout": info.layout,
+            "image_size": list(info.image_size),
+            "static_batch": info.static_batch,
+            "class_names": list(info.class_names),
+        },
+        "thresholds": {
+            "conf": options.conf_threshold,
+            "iou": options.iou_threshold,
+            "max_detections": options.max_detections,
+        },
+        "max_batch": options.max_batch,
+        "precision_facts": precision_facts,
+        "files": {path: _sha256(content) for path, content in sorted(files.items())},
+    }
+    files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+    write_repository(output, files, force=force)
+    return BuildResult(output, info, tuple(rendered), manifest)

@@ -1,0 +1,72 @@
+"""``build``: ONNX in, model repository out."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..build import DEMO_ONNX, build_repository
+from ..errors import GeneratorError
+from ..spec import PRECISIONS, TARGETS, BuildOptions, ImageLimitOptions
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--onnx", type=Path, default=None,
+                        help="detector ONNX (default: the bundled demo detector)")
+    parser.add_argument("--output", type=Path, default=Path("model_repository"), help="repository to write")
+    parser.add_argument("--target", choices=TARGETS, default="embedded", help="what the detector step becomes")
+    parser.add_argument("--name", default="yolo", help="ensemble name; composing models are NAME_<step>")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--max-batch", type=int, default=8, help="max_batch_size of the composing models")
+    parser.add_argument("--conf-threshold", type=float, default=0.25)
+    parser.add_argument("--iou-threshold", type=float, default=0.45)
+    parser.add_argument("--max-detections", type=int, default=100)
+    parser.add_argument("--imgsz", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), default=None,
+                        help="input size for models with dynamic spatial axes (default: ONNX metadata)")
+    parser.add_argument("--max-image-bytes", type=int, default=ImageLimitOptions.max_bytes)
+    parser.add_argument("--max-image-pixels", type=int, default=ImageLimitOptions.max_pixels)
+    parser.add_argument("--max-image-side", type=int, default=ImageLimitOptions.max_side)
+    parser.add_argument("--no-reduced-decode", action="store_true",
+                        help="always decode JPEGs at full resolution")
+    parser.add_argument("--queue-delay-us", type=int, default=BuildOptions.queue_delay_us,
+                        help="dynamic batching max_queue_delay_microseconds")
+    parser.add_argument("--instances", type=int, nargs=3, metavar=("PRE", "DET", "NMS"), default=(1, 1, 1),
+                        help="instance counts of preprocess, detector, nms")
+    parser.add_argument("--detector-threads", type=int, default=0,
+                        help="ONNX Runtime intra-op threads of the embedded detector (0: all cores)")
+    parser.add_argument("--force", action="store_true", help="replace an --output this tool did not write")
+
+
+def options_from_args(args: argparse.Namespace) -> BuildOptions:
+    return BuildOptions(
+        name=args.name,
+        target=args.target,
+        precision=args.precision,
+        max_batch=args.max_batch,
+        conf_threshold=args.conf_threshold,
+        iou_threshold=args.iou_threshold,
+        max_detections=args.max_detections,
+        image_size=tuple(args.imgsz) if args.imgsz else None,
+        limits=ImageLimitOptions(args.max_image_bytes, args.max_image_pixels, args.max_image_side),
+        reduced_decode=not args.no_reduced_decode,
+        queue_delay_us=args.queue_delay_us,
+        preprocess_instances=args.instances[0],
+        detector_instances=args.instances[1],
+        nms_instances=args.instances[2],
+        detector_threads=args.detector_threads,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    onnx_path = args.onnx or DEMO_ONNX
+    if args.onnx is None and not DEMO_ONNX.exists():
+        raise GeneratorError(f"the bundled demo detector is missing ({DEMO_ONNX}); pass --onnx PATH")
+    result = build_repository(onnx_path, args.output, options, force=args.force)
+    info = result.info
+    print(f"Built {result.output} from {onnx_path.name}: {info.layout} head, {info.num_classes} classes, "
+          f"input {info.image_size[0]}x{info.image_size[1]}, "
+          f"{'dynamic' if info.static_batch is None else f'static {info.static_batch}'} batch, "
+          f"target {options.target}, precision {options.precision}")
+    print(f"Models: {', '.join(result.models)} (ensemble '{options.name}')")
+    return 0

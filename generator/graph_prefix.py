@@ -1,0 +1,57 @@
+"""Fuse the image normalisation into the served graph.
+
+The served detector takes letterboxed BGR uint8 NHWC images and does BGR->RGB, NCHW, cast and /255
+itself. Between the Triton steps this moves a quarter of the bytes of a float32 tensor, and on a GPU the
+conversion runs fused inside the engine instead of in Python.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import numpy as np
+
+SERVED_INPUT = "images_bgr_u8"
+
+
+def add_normalisation_prefix(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Return a copy whose only input is ``SERVED_INPUT`` (uint8 [N, H, W, 3], BGR)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    (original,) = [v for v in graph.input if v.name not in initializers]
+    tensor_type = original.type.tensor_type
+    dims = [onnx.TensorShapeProto.Dimension() for _ in range(4)]
+    for new, old in zip(dims, [tensor_type.shape.dim[i] for i in (0, 2, 3, 1)], strict=True):
+        new.CopyFrom(old)
+    new_input = helper.make_tensor_value_info(SERVED_INPUT, TensorProto.UINT8, None)
+    new_input.type.tensor_type.shape.dim.extend(dims)
+
+    prefix = "normalise_"
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array([2, 1, 0], dtype=np.int64), prefix + "bgr_to_rgb"),
+        numpy_helper.from_array(np.array(255.0, dtype=np.float32), prefix + "scale"),
+    ])
+    nodes = [
+        helper.make_node("Gather", [SERVED_INPUT, prefix + "bgr_to_rgb"], [prefix + "rgb"], axis=3,
+                         name=prefix + "gather"),
+        helper.make_node("Transpose", [prefix + "rgb"], [prefix + "nchw"], perm=[0, 3, 1, 2],
+                         name=prefix + "transpose"),
+        helper.make_node("Cast", [prefix + "nchw"], [prefix + "float"], to=TensorProto.FLOAT, name=prefix + "cast"),
+    ]
+    if tensor_type.elem_type == TensorProto.FLOAT:
+        nodes.append(helper.make_node("Div", [prefix + "float", prefix + "scale"], [original.name],
+                                      name=prefix + "div"))
+    else:
+        nodes += [
+            helper.make_node("Div", [prefix + "float", prefix + "scale"], [prefix + "scaled"], name=prefix + "div"),
+            helper.make_node("Cast", [prefix + "scaled"], [original.name], to=tensor_type.elem_type,
+                             name=prefix + "cast_out"),
+        ]
+    graph.input.remove(original)
+    graph.input.insert(0, new_input)
+    for i, node in enumerate(nodes):
+        graph.node.insert(i, node)
+    onnx.checker.check_model(model)
+    return model

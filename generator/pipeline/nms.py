@@ -1,0 +1,131 @@
+"""Decode YOLO heads and run class-aware NMS on a whole batch at once.
+
+Supported head layouts (batch first):
+- ``v8``: [N, 4 + nc, A] -- cx, cy, w, h in input pixels, then per-class scores (YOLOv8/11/12).
+- ``v5``: [N, A, 5 + nc] -- cx, cy, w, h, objectness, per-class scores (YOLOv5/v7).
+- ``end2end``: [N, K, 6] -- x1, y1, x2, y2, score, class; already NMS-free (YOLOv10/26 end-to-end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .letterbox import boxes_to_source
+
+LAYOUTS = ("v8", "v5", "end2end")
+# Candidates kept per image before NMS; bounds the work on images with thousands of weak boxes.
+MAX_CANDIDATES = 4096
+
+
+@dataclass(frozen=True)
+class Detections:
+    """Padded batch outputs in the ensemble's contract (see DESIGN.md, Ensemble I/O)."""
+
+    num_detections: np.ndarray  # int32 [N, 1]
+    boxes: np.ndarray  # float32 [N, max_det, 4], x1 y1 x2 y2 in source pixels
+    scores: np.ndarray  # float32 [N, max_det]
+    classes: np.ndarray  # int32 [N, max_det]
+
+
+def _xywh_to_xyxy(xywh: np.ndarray) -> np.ndarray:
+    half = xywh[..., 2:4] / 2
+    return np.concatenate([xywh[..., 0:2] - half, xywh[..., 0:2] + half], axis=-1)
+
+
+def decode_head(raw: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return per-candidate (boxes xyxy [N, A, 4], best score [N, A], class [N, A]) in input pixels."""
+    raw = raw.astype(np.float32, copy=False)
+    if layout == "v8":
+        boxes = _xywh_to_xyxy(np.moveaxis(raw[:, :4, :], 1, 2))
+        class_scores = raw[:, 4:, :]
+        classes = class_scores.argmax(axis=1)
+        scores = np.take_along_axis(class_scores, classes[:, None, :], axis=1)[:, 0, :]
+    elif layout == "v5":
+        boxes = _xywh_to_xyxy(raw[..., :4])
+        class_scores = raw[..., 5:] * raw[..., 4:5]
+        classes = class_scores.argmax(axis=-1)
+        scores = np.take_along_axis(class_scores, classes[..., None], axis=-1)[..., 0]
+    elif layout == "end2end":
+        boxes = raw[..., :4]
+        scores = raw[..., 4]
+        classes = raw[..., 5]
+    else:
+        raise ValueError(f"unknown head layout {layout!r}; expected one of {LAYOUTS}")
+    return boxes, scores, classes.astype(np.int64)
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, groups: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Greedy NMS where boxes only suppress boxes of the same group; returns kept indices by score.
+
+    Groups (image x class) are separated by shifting each group to its own region of the plane, so one
+    vectorised pass handles every image and class of the batch.
+    """
+    if len(boxes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    span = float(np.abs(boxes).max()) * 2 + 1
+    shifted = boxes + (groups.astype(np.float64) * span)[:, None]
+    x1, y1, x2, y2 = shifted.T
+    areas = np.maximum(x2 - x1, 0) * np.maximum(y2 - y1, 0)
+    order = np.argsort(-scores, kind="stable")
+    keep = []
+    while order.size:
+        i = order[0]
+        keep.append(i)
+        rest = order[1:]
+        w = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]))
+        h = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]))
+        inter = w * h
+        iou = inter / np.maximum(areas[i] + areas[rest] - inter, 1e-9)
+        order = rest[iou <= iou_threshold]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def postprocess(
+    raw: np.ndarray,
+    layout: str,
+    letterbox_params: np.ndarray,
+    conf_threshold: float,
+    iou_threshold: float,
+    max_detections: int,
+) -> Detections:
+    """Turn a batch of raw head outputs into padded detections in source-image pixels.
+
+    ``letterbox_params`` is [N, 6] as produced by preprocess (``Letterbox.as_array``).
+    """
+    batch = raw.shape[0]
+    boxes, scores, classes = decode_head(raw, layout)
+    finite = np.isfinite(scores) & np.isfinite(boxes).all(axis=-1)
+    image_idx, cand_idx = np.nonzero(finite & (scores > conf_threshold))
+    cand_scores = scores[image_idx, cand_idx]
+    if len(cand_scores) > MAX_CANDIDATES * batch:
+        top = np.argpartition(-cand_scores, MAX_CANDIDATES * batch)[: MAX_CANDIDATES * batch]
+        image_idx, cand_idx, cand_scores = image_idx[top], cand_idx[top], cand_scores[top]
+    cand_boxes = boxes[image_idx, cand_idx]
+    cand_classes = classes[image_idx, cand_idx]
+
+    if layout == "end2end":
+        kept = np.lexsort((-cand_scores, image_idx))  # already suppressed by the model
+    else:
+        num_classes = int(cand_classes.max()) + 1 if len(cand_classes) else 1
+        kept = nms(cand_boxes, cand_scores, image_idx * num_classes + cand_classes, iou_threshold)
+        kept = kept[np.argsort(image_idx[kept], kind="stable")]  # by image, then by score
+
+    out = Detections(
+        num_detections=np.zeros((batch, 1), dtype=np.int32),
+        boxes=np.zeros((batch, max_detections, 4), dtype=np.float32),
+        scores=np.zeros((batch, max_detections), dtype=np.float32),
+        classes=np.zeros((batch, max_detections), dtype=np.int32),
+    )
+    kept_images = image_idx[kept]
+    # Rank of each kept box within its image; anything past max_detections is dropped.
+    starts = np.searchsorted(kept_images, kept_images, side="left")
+    rank = np.arange(len(kept)) - starts
+    capped = rank < max_detections
+    kept, kept_images, rank = kept[capped], kept_images[capped], rank[capped]
+    out.boxes[kept_images, rank] = boxes_to_source(cand_boxes[kept], letterbox_params[kept_images])
+    out.scores[kept_images, rank] = cand_scores[kept]
+    out.classes[kept_images, rank] = cand_classes[kept]
+    np.add.at(out.num_detections[:, 0], kept_images, 1)
+    return out

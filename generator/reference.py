@@ -1,0 +1,64 @@
+"""The in-process FP32 reference: the same ONNX, preprocessing and NMS as the served ensemble.
+
+Tests compare the served detections against it, and the accuracy gate uses it as the baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .onnx_inspect import inspect_onnx
+from .pipeline.batch import prepare_batch, to_float_nchw
+from .pipeline.images import ImageError, ImageLimits
+from .pipeline.nms import postprocess
+from .pipeline.runner import OnnxRunner
+
+
+@dataclass(frozen=True)
+class ImageDetections:
+    boxes: np.ndarray  # float32 [K, 4], x1 y1 x2 y2 in source pixels
+    scores: np.ndarray  # float32 [K]
+    classes: np.ndarray  # int32 [K]
+
+
+class ReferencePipeline:
+    def __init__(
+        self,
+        onnx_path: Path | str,
+        conf_threshold: float = 0.25,
+        iou_threshold: float = 0.45,
+        max_detections: int = 100,
+        limits: ImageLimits = ImageLimits(),
+        reduced_decode: bool = True,
+        image_size: tuple[int, int] | None = None,
+    ) -> None:
+        self.info = inspect_onnx(Path(onnx_path), image_size)
+        self._runner = OnnxRunner(str(onnx_path))
+        self.conf_threshold = conf_threshold
+        self.iou_threshold = iou_threshold
+        self.max_detections = max_detections
+        self.limits = limits
+        self.reduced_decode = reduced_decode
+        self.class_names = self.info.class_names
+
+    def detect(self, image: bytes) -> ImageDetections:
+        return self.detect_many([image])[0]
+
+    def detect_many(self, images: Sequence[bytes]) -> list[ImageDetections]:
+        """Detect on every image; raise ``ImageError`` naming the first rejected image."""
+        batch = prepare_batch(images, self.info.image_size, self.limits, self.reduced_decode)
+        if batch.errors:
+            position, reason = next(iter(batch.errors.items()))
+            raise ImageError(f"image {position}: {reason}")
+        tensor = to_float_nchw(batch.images, np.dtype(self.info.input.numpy_dtype))
+        (raw,) = self._runner.run(tensor)
+        out = postprocess(raw, self.info.layout, batch.letterbox, self.conf_threshold, self.iou_threshold,
+                          self.max_detections)
+        return [
+            ImageDetections(out.boxes[i, :n], out.scores[i, :n], out.classes[i, :n])
+            for i, n in enumerate(out.num_detections[:, 0])
+        ]

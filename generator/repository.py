@@ -1,0 +1,65 @@
+"""Write a model repository atomically: stage everything in a sibling temp dir, then swap it in.
+
+A failed build leaves no half-written repository, and an existing directory this tool did not write is
+never replaced without ``force``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import RepositoryWriteError
+
+MARKER = "manifest.json"
+# Files a checkout may keep in an otherwise empty repository folder.
+_KEEP = (".gitignore", ".gitkeep")
+
+
+def _is_replaceable(path: Path) -> bool:
+    if not path.exists():
+        return True
+    if not path.is_dir():
+        return False
+    entries = [p.name for p in path.iterdir()]
+    return (MARKER in entries) or all(name in _KEEP for name in entries)
+
+
+def write_repository(output: Path, files: Mapping[str, bytes], force: bool = False) -> None:
+    """Write ``files`` (relative path -> content) as the whole content of ``output``."""
+    output = output.resolve()
+    if not _is_replaceable(output) and not force:
+        raise RepositoryWriteError(
+            f"{output} exists and was not written by this tool (no {MARKER}); "
+            "choose another --output or pass --force to replace it"
+        )
+    for relative in files:
+        parts = Path(relative).parts
+        if Path(relative).is_absolute() or ".." in parts or not parts:
+            raise RepositoryWriteError(f"refusing to write outside the repository: {relative!r}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
+    backup = output.parent / f".{output.name}.previous"
+    try:
+        for relative, content in files.items():
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        if output.is_dir():
+            for name in _KEEP:
+                if (output / name).exists():
+                    shutil.copy2(output / name, staging / name)
+        if backup.exists():
+            shutil.rmtree(backup)
+        if output.exists():
+            output.rename(backup)
+        staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if backup.exists() and not output.exists():
+            backup.rename(output)
+        raise
+    if backup.exists():
+        shutil.rmtree(backup) if backup.is_dir() else backup.unlink()
