@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -198,16 +199,32 @@ def _pre_process(model: onnx.ModelProto, work: Path, say: ProgressFn) -> onnx.Mo
     """onnxruntime's recommended pre-pass (symbolic shape inference), without graph optimisation.
 
     Optimisation would fuse and rename nodes, and the exclusion list addresses nodes by name.
+    Symbolic inference gives up on some dynamic graphs (and then drops a temp file in the current
+    directory), so it runs inside ``work`` and falls back to plain ONNX shape inference.
     """
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     source = work / "named.onnx"
     target = work / "preprocessed.onnx"
     onnx.save_model(model, source)
-    with _quiet_onnxruntime_logs():
-        quant_pre_process(str(source), str(target), skip_optimization=True)
+    with _quiet_onnxruntime_logs(), _inside(work):
+        try:
+            quant_pre_process(str(source), str(target), skip_optimization=True)
+        except Exception as exc:  # noqa: BLE001 -- onnxruntime raises a bare Exception here
+            say(f"calibration: symbolic shape inference failed ({exc}); using ONNX shape inference")
+            quant_pre_process(str(source), str(target), skip_optimization=True, skip_symbolic_shape=True)
     say("calibration: shape inference done")
     return onnx.load_model(target)
+
+
+@contextlib.contextmanager
+def _inside(directory: Path) -> Iterator[None]:
+    previous = Path.cwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def _quantize(
