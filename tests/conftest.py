@@ -1,0 +1,87 @@
+"""Shared fixtures: a real embedded Triton 2.51 serving the demo ensemble (never a mock)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import pytest
+
+from generator.build import DEMO_ONNX, build_repository
+from generator.embedded_server import EmbeddedServer
+from generator.spec import BuildOptions
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fix_batch(source: Path, destination: Path, batch: int) -> Path:
+    """Write a copy of ``source`` whose batch axis is fixed, like a default (static) Ultralytics export."""
+    model = onnx.load(str(source))
+    for value in (*model.graph.input, *model.graph.output):
+        dim = value.type.tensor_type.shape.dim[0]
+        dim.Clear()
+        dim.dim_value = batch
+    onnx.save(model, str(destination))
+    return destination
+
+
+@dataclass(frozen=True)
+class TritonTestServer:
+    http_url: str
+    grpc_url: str
+    metrics_url: str
+    model_name: str  # dynamic-batch demo ensemble
+    onnx_path: Path
+    static_model_name: str  # the same detector exported with a fixed batch of 1
+    static_onnx_path: Path
+    repository: Path
+    log_file: Path
+
+
+@pytest.fixture(scope="session")
+def demo_onnx() -> Path:
+    if not DEMO_ONNX.exists():
+        pytest.fail(f"the bundled demo detector is missing: {DEMO_ONNX}")
+    return DEMO_ONNX
+
+
+@pytest.fixture(scope="session")
+def triton_server(tmp_path_factory: pytest.TempPathFactory, demo_onnx: Path) -> Iterator[TritonTestServer]:
+    root = tmp_path_factory.mktemp("triton")
+    static_onnx = fix_batch(demo_onnx, root / "demo_static_b1.onnx", 1)
+    dynamic_repo, static_repo = root / "repo_dynamic", root / "repo_static"
+    build_repository(demo_onnx, dynamic_repo, BuildOptions(name="yolo", max_batch=8, queue_delay_us=5000))
+    build_repository(static_onnx, static_repo, BuildOptions(name="yolo_static", max_batch=4))
+    log_file = root / "tritonserver.log"
+    server = EmbeddedServer(
+        dynamic_repo, free_port(), free_port(), free_port(), log_file=log_file,
+        extra_args=(f"--model-repository={static_repo}",),
+    )
+    try:
+        server.start()
+        server.wait_ready(180)
+    except Exception:
+        server.stop()
+        print(log_file.read_text()[-5000:] if log_file.exists() else "no server log")
+        raise
+    try:
+        yield TritonTestServer(
+            http_url=server.http_url,
+            grpc_url=server.grpc_url,
+            metrics_url=server.metrics_url,
+            model_name="yolo",
+            onnx_path=demo_onnx,
+            static_model_name="yolo_static",
+            static_onnx_path=static_onnx,
+            repository=dynamic_repo,
+            log_file=log_file,
+        )
+    finally:
+        server.stop()

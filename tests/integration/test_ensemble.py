@@ -1,0 +1,224 @@
+"""The served ensemble against the in-process reference, and its behaviour under hostile input.
+
+Every test talks to the real embedded Triton started by the ``triton_server`` fixture.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from generator.reference import ReferencePipeline
+from generator.synthetic import encode, make_scene
+
+pytestmark = pytest.mark.integration
+
+OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+
+
+def infer(server, model: str, images: list[bytes], protocol: str = "grpc") -> dict[str, np.ndarray]:
+    module = grpcclient if protocol == "grpc" else httpclient
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput("IMAGE", [len(images), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array(images, dtype=object).reshape(-1, 1))
+    outputs = [module.InferRequestedOutput(name) for name in OUTPUTS]
+    result = client.infer(model, [tensor], outputs=outputs)
+    return {name: result.as_numpy(name) for name in OUTPUTS}
+
+
+def scene_bytes(seed: int, width: int, height: int, fmt: str = ".jpg") -> bytes:
+    return encode(make_scene(np.random.default_rng(seed), width, height).image, fmt)
+
+
+@pytest.fixture(scope="module")
+def reference(triton_server) -> ReferencePipeline:
+    return ReferencePipeline(triton_server.onnx_path)
+
+
+def assert_matches_reference(served: dict[str, np.ndarray], expected, index: int = 0) -> None:
+    count = int(served["num_detections"][index, 0])
+    assert count == len(expected.scores)
+    np.testing.assert_allclose(served["detection_boxes"][index, :count], expected.boxes, atol=1e-3)
+    np.testing.assert_allclose(served["detection_scores"][index, :count], expected.scores, atol=1e-5)
+    np.testing.assert_array_equal(served["detection_classes"][index, :count], expected.classes)
+    # Padding past the count is zero, so clients can trust num_detections alone.
+    assert not served["detection_scores"][index, count:].any()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("size", [(320, 320), (640, 480), (1280, 720), (333, 517)])
+def test_served_detections_equal_reference(triton_server, reference, protocol, size) -> None:
+    image = scene_bytes(seed=sum(size), width=size[0], height=size[1])
+    served = infer(triton_server, triton_server.model_name, [image], protocol)
+    expected = reference.detect(image)
+    assert len(expected.scores) > 0, "the demo detector should find the synthetic shapes"
+    assert_matches_reference(served, expected)
+
+
+def test_boxes_are_in_source_pixels(triton_server) -> None:
+    scene = make_scene(np.random.default_rng(7), 1280, 720)
+    served = infer(triton_server, triton_server.model_name, [encode(scene.image)])
+    count = int(served["num_detections"][0, 0])
+    boxes = served["detection_boxes"][0, :count]
+    assert count >= len(scene.boxes) // 2
+    assert boxes[:, [0, 2]].max() <= 1280 and boxes[:, [1, 3]].max() <= 720
+    # Each ground-truth shape is found with a tight box in the original image's coordinates.
+    for truth in scene.boxes:
+        ious = _iou(truth, boxes)
+        assert ious.max() > 0.5, f"no detection matches {truth}"
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    x1 = np.maximum(box[0], boxes[:, 0])
+    y1 = np.maximum(box[1], boxes[:, 1])
+    x2 = np.minimum(box[2], boxes[:, 2])
+    y2 = np.minimum(box[3], boxes[:, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / (area + areas - inter)
+
+
+@pytest.mark.parametrize("model_attr", ["model_name", "static_model_name"])
+def test_many_images_in_one_request(triton_server, reference, model_attr) -> None:
+    images = [scene_bytes(100 + i, 640, 480) for i in range(3)]
+    served = infer(triton_server, getattr(triton_server, model_attr), images)
+    for index, expected in enumerate(reference.detect_many(images)):
+        assert_matches_reference(served, expected, index)
+
+
+@pytest.mark.parametrize("model_attr", ["model_name", "static_model_name"])
+def test_concurrent_requests_are_batched_and_split_back(triton_server, reference, model_attr) -> None:
+    """Concurrent requests land in one dynamic batch; each must get its own detections back."""
+    images = [scene_bytes(200 + i, 800, 600) for i in range(12)]
+    model = getattr(triton_server, model_attr)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda image: infer(triton_server, model, [image]), images))
+    for served, image in zip(results, images, strict=True):
+        assert_matches_reference(served, reference.detect(image))
+
+
+def test_empty_scene_returns_every_output_with_zero_detections(triton_server) -> None:
+    blank = encode(np.full((480, 640, 3), 114, dtype=np.uint8))
+    served = infer(triton_server, triton_server.model_name, [blank])
+    assert served["num_detections"].tolist() == [[0]]
+    assert served["detection_boxes"].shape == (1, 100, 4)
+    assert served["detection_scores"].shape == (1, 100)
+    assert served["detection_classes"].shape == (1, 100)
+
+
+def _png_declaring(width: int, height: int) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b"")
+
+
+def _jpeg_declaring(width: int, height: int) -> bytes:
+    real = scene_bytes(1, 64, 48)
+    marker = real.find(b"\xff\xc0")
+    return real[: marker + 5] + struct.pack(">HH", height, width) + real[marker + 9 :]
+
+
+HOSTILE = {
+    "empty": (b"", "empty image"),
+    "garbage": (b"this is not an image at all" * 10, "unsupported or unrecognised image format"),
+    "gif": (b"GIF89a" + b"\0" * 64, "unsupported or unrecognised image format"),
+    "truncated_jpeg": (None, "truncated JPEG"),
+    "truncated_png": (None, "truncated PNG"),
+    "png_bomb_68_bytes": (_png_declaring(50000, 50000), "declares 50000x50000 pixels"),
+    "jpeg_bomb_header": (None, "declares 30000x30000 pixels"),
+}
+
+
+def _hostile_bytes(case: str) -> bytes:
+    data, _ = HOSTILE[case]
+    if data is not None:
+        return data
+    if case == "truncated_jpeg":
+        full = scene_bytes(3, 640, 480)
+        return full[: len(full) // 2]
+    if case == "truncated_png":
+        full = scene_bytes(3, 320, 240, ".png")
+        return full[: len(full) // 2]
+    return _jpeg_declaring(30000, 30000)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_image_is_rejected_alone_and_server_keeps_serving(triton_server, protocol, case) -> None:
+    data = _hostile_bytes(case)
+    started = time.perf_counter()
+    with pytest.raises(InferenceServerException) as error:
+        infer(triton_server, triton_server.model_name, [data], protocol)
+    elapsed = time.perf_counter() - started
+    message = str(error.value)
+    assert HOSTILE[case][1] in message
+    assert "Traceback" not in message and "ensemble_pipeline" not in message
+    assert elapsed < 2.0, f"rejecting {case} took {elapsed:.2f} s"
+    # Triton QA habit: after every hostile request, a valid one succeeds.
+    served = infer(triton_server, triton_server.model_name, [scene_bytes(5, 640, 480)], protocol)
+    assert served["num_detections"][0, 0] > 0
+
+
+def test_bad_request_fails_alone_within_a_batch(triton_server, reference) -> None:
+    good = [scene_bytes(300 + i, 640, 480) for i in range(5)]
+    requests = [*good[:2], b"\x89PNG broken", *good[2:]]
+
+    def send(image: bytes):
+        try:
+            return infer(triton_server, triton_server.model_name, [image])
+        except InferenceServerException as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        results = list(pool.map(send, requests))
+    assert isinstance(results[2], InferenceServerException)
+    for served, image in zip([r for i, r in enumerate(results) if i != 2], good, strict=True):
+        assert not isinstance(served, Exception), served
+        assert_matches_reference(served, reference.detect(image))
+
+
+def test_one_bad_image_in_a_multi_image_request_names_its_position(triton_server) -> None:
+    images = [scene_bytes(9, 640, 480), b"", scene_bytes(10, 640, 480)]
+    with pytest.raises(InferenceServerException, match="image 1: empty image"):
+        infer(triton_server, triton_server.model_name, images)
+
+
+@pytest.mark.parametrize("kind", ["grayscale", "rgba", "16bit", "bmp", "webp", "tiff"])
+def test_other_image_kinds_match_reference(triton_server, reference, kind) -> None:
+    import cv2
+
+    rgb = make_scene(np.random.default_rng(11), 640, 480).image
+    bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    if kind == "grayscale":
+        data = cv2.imencode(".png", cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY))[1].tobytes()
+    elif kind == "rgba":
+        data = cv2.imencode(".png", cv2.cvtColor(bgr, cv2.COLOR_BGR2BGRA))[1].tobytes()
+    elif kind == "16bit":
+        data = cv2.imencode(".png", bgr.astype(np.uint16) * 257)[1].tobytes()
+    else:
+        data = cv2.imencode(f".{kind}", bgr)[1].tobytes()
+    served = infer(triton_server, triton_server.model_name, [data])
+    expected = reference.detect(data)
+    assert len(expected.scores) > 0
+    assert_matches_reference(served, expected)
+
+
+def test_ensemble_config_carries_class_names(triton_server, reference) -> None:
+    client = grpcclient.InferenceServerClient(triton_server.grpc_url)
+    config = client.get_model_config(triton_server.model_name, as_json=True)["config"]
+    import json
+
+    names = json.loads(config["parameters"]["class_names"]["string_value"])
+    assert tuple(names) == reference.class_names
