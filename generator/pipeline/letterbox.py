@@ -42,7 +42,8 @@ def letterbox_geometry(height: int, width: int, target: tuple[int, int]) -> tupl
     """Return (ratio, resized_w, resized_h, pad_left, pad_top) for an image of ``height`` x ``width``."""
     target_h, target_w = target
     ratio = min(target_h / height, target_w / width)
-    resized_w, resized_h = round(width * ratio), round(height * ratio)
+    # At least one pixel: a 1x6000 image would otherwise round to zero and make cv2.resize raise.
+    resized_w, resized_h = max(1, round(width * ratio)), max(1, round(height * ratio))
     pad_w, pad_h = (target_w - resized_w) / 2, (target_h - resized_h) / 2
     return ratio, resized_w, resized_h, round(pad_w - 0.1), round(pad_h - 0.1)
 
