@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from .errors import ModelInspectionError
 
 # ONNX element type -> Triton data type name.
-TRITON_DTYPES = {
+TRITON_DTYPES: dict[int, str] = {
     TensorProto.FLOAT: "TYPE_FP32",
     TensorProto.FLOAT16: "TYPE_FP16",
     TensorProto.UINT8: "TYPE_UINT8",

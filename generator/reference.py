@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .onnx_inspect import inspect_onnx
+from .onnx_inspect import DetectorInfo, inspect_onnx
 from .pipeline.batch import prepare_batch, to_float_nchw
-from .pipeline.images import ImageError, ImageLimits
+from .pipeline.images import DEFAULT_LIMITS, ImageError, ImageLimits
 from .pipeline.nms import postprocess
 from .pipeline.runner import OnnxRunner
 
@@ -32,12 +32,15 @@ class ReferencePipeline:
         conf_threshold: float = 0.25,
         iou_threshold: float = 0.45,
         max_detections: int = 100,
-        limits: ImageLimits = ImageLimits(),
+        limits: ImageLimits = DEFAULT_LIMITS,
         reduced_decode: bool = True,
         image_size: tuple[int, int] | None = None,
+        info: DetectorInfo | None = None,
     ) -> None:
-        self.info = inspect_onnx(Path(onnx_path), image_size)
+        # ``info`` describes the original detector when ``onnx_path`` is a served graph (uint8 input).
+        self.info = info or inspect_onnx(Path(onnx_path), image_size)
         self._runner = OnnxRunner(str(onnx_path))
+        self._takes_uint8 = self._runner.input_type == "tensor(uint8)"
         self.conf_threshold = conf_threshold
         self.iou_threshold = iou_threshold
         self.max_detections = max_detections
@@ -48,15 +51,26 @@ class ReferencePipeline:
     def detect(self, image: bytes) -> ImageDetections:
         return self.detect_many([image])[0]
 
-    def detect_many(self, images: Sequence[bytes]) -> list[ImageDetections]:
-        """Detect on every image; raise ``ImageError`` naming the first rejected image."""
+    def raw(self, images: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Raw head output and letterbox parameters; raise ``ImageError`` naming the first bad image."""
         batch = prepare_batch(images, self.info.image_size, self.limits, self.reduced_decode)
         if batch.errors:
             position, reason = next(iter(batch.errors.items()))
             raise ImageError(f"image {position}: {reason}")
-        tensor = to_float_nchw(batch.images, np.dtype(self.info.input.numpy_dtype))
+        if self._takes_uint8:
+            tensor = batch.images
+        else:
+            tensor = to_float_nchw(batch.images, np.dtype(self.info.input.numpy_dtype))
         (raw,) = self._runner.run(tensor)
-        out = postprocess(raw, self.info.layout, batch.letterbox, self.conf_threshold, self.iou_threshold,
+        return raw, batch.letterbox
+
+    def detect_many(self, images: Sequence[bytes]) -> list[ImageDetections]:
+        """Detect on every image; raise ``ImageError`` naming the first rejected image."""
+        raw, letterbox = self.raw(images)
+        return self.postprocess(raw, letterbox)
+
+    def postprocess(self, raw: np.ndarray, letterbox: np.ndarray) -> list[ImageDetections]:
+        out = postprocess(raw, self.info.layout, letterbox, self.conf_threshold, self.iou_threshold,
                           self.max_detections)
         return [
             ImageDetections(out.boxes[i, :n], out.scores[i, :n], out.classes[i, :n])

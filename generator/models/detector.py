@@ -20,5 +20,5 @@ class TritonPythonModel:
             batch, sizes = stack_inputs(requests, self.runner.input_name)
             outputs = self.runner.run(batch)
             return split_responses(dict(zip(self.runner.output_names, outputs, strict=True)), sizes)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "detector", exc)

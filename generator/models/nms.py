@@ -28,5 +28,5 @@ class TritonPythonModel:
                 "detection_scores": out.scores,
                 "detection_classes": out.classes,
             }, sizes)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "nms", exc)

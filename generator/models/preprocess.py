@@ -29,7 +29,7 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
             return self._execute(requests)
-        except Exception as exc:  # never let a traceback reach the client
+        except Exception as exc:  # noqa: BLE001 -- the client must never see a traceback
             return failed(requests, "preprocess", exc)
 
     def _execute(self, requests: list[Any]) -> list[Any]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .images import ImageError, ImageLimits, decode_image
+from .images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_image
 from .letterbox import PARAMS_LEN, letterbox_into
 
 
@@ -25,7 +25,7 @@ class PreparedBatch:
 def prepare_batch(
     encoded: Sequence[bytes],
     target: tuple[int, int],
-    limits: ImageLimits = ImageLimits(),
+    limits: ImageLimits = DEFAULT_LIMITS,
     reduced_decode: bool = True,
 ) -> PreparedBatch:
     """Decode and letterbox every image into one contiguous batch.

@@ -30,6 +30,9 @@ class ImageLimits:
     max_side: int = 16384
 
 
+DEFAULT_LIMITS = ImageLimits()
+
+
 @dataclass(frozen=True)
 class ImageHeader:
     format: str
@@ -176,7 +179,7 @@ def reduction_factor(header: ImageHeader, target: tuple[int, int]) -> int:
 
 def decode_image(
     data: bytes,
-    limits: ImageLimits = ImageLimits(),
+    limits: ImageLimits = DEFAULT_LIMITS,
     target: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray, tuple[int, int]]:
     """Decode to an 8-bit BGR H x W x 3 array, EXIF orientation applied.

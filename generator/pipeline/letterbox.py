@@ -59,7 +59,7 @@ def letterbox_into(
     resolution; the returned gains then refer to the original pixels.
     """
     height, width = image.shape[:2]
-    ratio, resized_w, resized_h, left, top = letterbox_geometry(height, width, out.shape[:2])
+    ratio, resized_w, resized_h, left, top = letterbox_geometry(height, width, (out.shape[0], out.shape[1]))
     out[...] = FILL_VALUE
     region = out[top : top + resized_h, left : left + resized_w]
     if (resized_w, resized_h) == (width, height):

@@ -23,6 +23,7 @@ class OnnxRunner:
         self._session: Any = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         (model_input,) = self._session.get_inputs()
         self.input_name: str = model_input.name
+        self.input_type: str = model_input.type
         self.output_names: list[str] = [o.name for o in self._session.get_outputs()]
         batch_dim = model_input.shape[0]
         self.static_batch: int | None = batch_dim if isinstance(batch_dim, int) else None
