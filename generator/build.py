@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -64,14 +65,53 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@dataclass(frozen=True)
+class GateOptions:
+    """The accuracy gate run by ``build`` for FP16/INT8 before anything is written."""
+
+    enabled: bool = True
+    max_drop_points: float | None = None  # default per precision, see validate.DEFAULT_MAX_DROP
+    images: Path | None = None
+    labels: Path | None = None
+    count: int = 64
+
+
+def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions,
+              gate: GateOptions) -> dict[str, bytes]:
+    from .validate import (
+        DEFAULT_MAX_DROP,
+        ensure_passed,
+        gate_summary,
+        load_control_set,
+        report_files,
+        run_gate,
+    )
+
+    max_drop = gate.max_drop_points if gate.max_drop_points is not None else DEFAULT_MAX_DROP[options.precision]
+    control = load_control_set(gate.images, gate.labels, gate.count)
+    with tempfile.TemporaryDirectory(prefix="tde-gate-") as tmp:
+        candidate = Path(tmp) / "served.onnx"
+        onnx.save(served, str(candidate))
+        report = run_gate(onnx_path, candidate, info, control, options.precision, max_drop,
+                          options.iou_threshold, options.max_detections)
+    print(gate_summary(report), flush=True)
+    ensure_passed(report)
+    return report_files(report)
+
+
 def build_repository(
     onnx_path: Path,
     output: Path,
     options: BuildOptions,
     force: bool = False,
     precision_transform: PrecisionTransform | None = None,
+    gate: GateOptions | None = None,
 ) -> BuildResult:
-    """Build the whole repository in memory, check it, then write it atomically."""
+    """Build the whole repository in memory, check it, then write it atomically.
+
+    For FP16/INT8 the accuracy gate runs on the served graph first; a failed gate writes nothing.
+    """
+    gate = gate or GateOptions()
     if options.target == "tensorrt":
         raise GeneratorError(
             "--target tensorrt builds a TensorRT plan, which needs TensorRT and an NVIDIA GPU on this machine; "
@@ -110,7 +150,6 @@ def build_repository(
         "name": options.name,
         "target": options.target,
         "precision": options.precision,
-        "source_onnx": {"path": onnx_path.name, "sha256": _sha256(onnx_path.read_bytes())},
         "detector": {
             "layout": info.layout,
             "image_size": list(info.image_size),
@@ -126,6 +165,12 @@ def build_repository(
         "precision_facts": precision_facts,
         "files": {path: _sha256(content) for path, content in sorted(files.items())},
     }
+    validated = options.precision != "fp32" and gate.enabled
+    manifest["validation"] = "accuracy gate passed" if validated else (
+        "skipped (--no-validate)" if options.precision != "fp32" else "not needed (fp32)")
+    manifest["source_onnx"] = {"path": str(onnx_path.resolve()), "sha256": _sha256(onnx_path.read_bytes())}
+    if validated:
+        files.update(_run_gate(onnx_path, served, info, options, gate))
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
     write_repository(output, files, force=force)
     return BuildResult(output, info, tuple(rendered), manifest)

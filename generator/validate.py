@@ -89,6 +89,10 @@ def synthetic_control_set(count: int = 64, seed: int = 20_240_601) -> ControlSet
 
 def folder_control_set(images_dir: Path, labels_path: Path | None = None, limit: int = 500) -> ControlSet:
     """Images from a folder, with COCO labels whose file_name matches the files when given."""
+    if not images_dir.is_dir():
+        raise GeneratorError(f"control image folder not found: {images_dir}")
+    if labels_path is not None and not labels_path.is_file():
+        raise GeneratorError(f"labels file not found: {labels_path}")
     if labels_path is not None:
         labels = json.loads(labels_path.read_text())
         records = labels["images"][:limit]
@@ -150,6 +154,11 @@ def run_gate(
         }
         ground_truth = pseudo_labels(control.images, confident, info.num_classes)
         label_source = "FP32 reference detections at conf 0.25 (pseudo-labels)"
+    if not ground_truth.get("annotations"):
+        raise GeneratorError(
+            f"the accuracy gate has nothing to measure: no {label_source} on {control.source}; pass control "
+            "images from the model's domain (--validate-images / --images), or skip with --no-validate"
+        )
     ref_map = coco_map(ground_truth, ref_dets)
     cand_map = coco_map(ground_truth, cand_dets)
     drop = (ref_map.map50_95 - cand_map.map50_95) * 100

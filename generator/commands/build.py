@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..build import DEMO_ONNX, build_repository
+from ..build import DEMO_ONNX, GateOptions, build_repository
 from ..errors import GeneratorError
 from ..spec import PRECISIONS, TARGETS, BuildOptions, ImageLimitOptions
 
@@ -35,6 +35,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--detector-threads", type=int, default=0,
                         help="ONNX Runtime intra-op threads of the embedded detector (0: all cores)")
     parser.add_argument("--force", action="store_true", help="replace an --output this tool did not write")
+    precision = parser.add_argument_group("precision (FP16/INT8) and the accuracy gate")
+    precision.add_argument("--calib-images", type=Path, default=None,
+                           help="INT8 calibration images (default: synthetic scenes; use your own domain's)")
+    precision.add_argument("--calib-count", type=int, default=128, help="calibration images to use")
+    precision.add_argument("--calib-method", choices=("minmax", "entropy", "percentile"), default="minmax")
+    precision.add_argument("--int8-exclude", nargs="*", default=(), metavar="NODE",
+                           help="extra node names kept in float (the score head always is)")
+    precision.add_argument("--fp16-keep", nargs="*", default=(), metavar="NODE",
+                           help="extra node names kept in FP32 for --precision fp16")
+    precision.add_argument("--no-validate", action="store_true",
+                           help="skip the accuracy gate (recorded in the manifest)")
+    precision.add_argument("--max-map-drop", type=float, default=None,
+                           help="allowed mAP@0.5:0.95 drop in points (default: fp16 0.5, int8 1.5)")
+    precision.add_argument("--validate-images", type=Path, default=None,
+                           help="control images for the gate (default: labelled synthetic scenes)")
+    precision.add_argument("--validate-labels", type=Path, default=None, help="COCO JSON for --validate-images")
 
 
 def options_from_args(args: argparse.Namespace) -> BuildOptions:
@@ -62,7 +78,18 @@ def run(args: argparse.Namespace) -> int:
     onnx_path = args.onnx or DEMO_ONNX
     if args.onnx is None and not DEMO_ONNX.exists():
         raise GeneratorError(f"the bundled demo detector is missing ({DEMO_ONNX}); pass --onnx PATH")
-    result = build_repository(onnx_path, args.output, options, force=args.force)
+    transform = None
+    if options.precision != "fp32":
+        from ..precision_step import PrecisionOptions, make_precision_transform
+
+        transform = make_precision_transform(PrecisionOptions(
+            calib_images=args.calib_images, calib_count=args.calib_count, calib_method=args.calib_method,
+            int8_exclude=tuple(args.int8_exclude), fp16_keep_nodes=tuple(args.fp16_keep),
+        ))
+    gate = GateOptions(enabled=not args.no_validate, max_drop_points=args.max_map_drop,
+                       images=args.validate_images, labels=args.validate_labels)
+    result = build_repository(onnx_path, args.output, options, force=args.force,
+                              precision_transform=transform, gate=gate)
     info = result.info
     print(f"Built {result.output} from {onnx_path.name}: {info.layout} head, {info.num_classes} classes, "
           f"input {info.image_size[0]}x{info.image_size[1]}, "
