@@ -1,0 +1,1 @@
+"""Deployment files (docker compose, Kubernetes, monitoring) rendered from one ``Settings``."""
