@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from clients._async_transport import AsyncTransport
 from clients.detection import (
     DetectionResult,
@@ -17,9 +19,9 @@ from clients.detection import (
     split_batches,
 )
 from clients.endpoint import Endpoint, parse_endpoint
-from clients.errors import ClientError, ClientTimeoutError, ServerUnavailableError
+from clients.errors import ClientError, ClientTimeoutError, InferenceError, ServerUnavailableError
 from clients.images import ImageInput, image_bytes
-from clients.sync_client import DEFAULT_URL, check_timeout
+from clients.sync_client import DEFAULT_URL, check_timeout, locate
 
 
 class AsyncDetectionClient:
@@ -70,10 +72,7 @@ class AsyncDetectionClient:
         info = await self.model_info()
         batched = info.max_batch_size > 0
         chunks = split_batches(len(data), info.max_batch_size)
-        tasks = [
-            asyncio.ensure_future(self._transport.infer(self.model, data[c.start : c.stop], batched))
-            for c in chunks
-        ]
+        tasks = [asyncio.ensure_future(self._infer(data, c, len(chunks), batched)) for c in chunks]
         try:
             answers = await asyncio.gather(*tasks)
         finally:  # on the first failure, do not leave the other requests running unobserved
@@ -83,6 +82,14 @@ class AsyncDetectionClient:
         if len(results) != len(data):
             raise ClientError(f"model {self.model!r} returned {len(results)} results for {len(data)} images")
         return results
+
+    async def _infer(
+        self, data: list[bytes], chunk: range, chunks: int, batched: bool
+    ) -> dict[str, np.ndarray]:
+        try:
+            return await self._transport.infer(self.model, data[chunk.start : chunk.stop], batched)
+        except InferenceError as exc:
+            raise locate(exc, chunk, chunks) from exc
 
     async def wait_until_ready(self, timeout_s: float = 60.0, poll_s: float = 0.25) -> None:
         """Wait until the server and the model are ready; ServerUnavailableError after `timeout_s`."""

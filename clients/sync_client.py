@@ -16,7 +16,7 @@ from clients.detection import (
     split_batches,
 )
 from clients.endpoint import Endpoint, parse_endpoint
-from clients.errors import ClientError, ClientTimeoutError, ServerUnavailableError
+from clients.errors import ClientError, ClientTimeoutError, InferenceError, ServerUnavailableError
 from clients.images import ImageInput, image_bytes
 
 DEFAULT_URL = "127.0.0.1:8001"
@@ -27,6 +27,13 @@ def check_timeout(timeout_s: float) -> float:
     if not timeout_s > 0:
         raise ClientError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     return float(timeout_s)
+
+
+def locate(exc: InferenceError, chunk: range, chunks: int) -> InferenceError:
+    """Say which images a failed request held when a call was split (Triton counts from 0 per request)."""
+    if chunks == 1:
+        return exc
+    return InferenceError(f"request for images {chunk.start}..{chunk.stop - 1}: {exc}", status=exc.status)
 
 
 class DetectionClient:
@@ -85,10 +92,14 @@ class DetectionClient:
             return []
         info = self.model_info
         results: list[DetectionResult] = []
-        for chunk in split_batches(len(data), info.max_batch_size):
-            outputs = self._transport.infer(
-                self.model, data[chunk.start : chunk.stop], info.max_batch_size > 0
-            )
+        chunks = split_batches(len(data), info.max_batch_size)
+        for chunk in chunks:
+            try:
+                outputs = self._transport.infer(
+                    self.model, data[chunk.start : chunk.stop], info.max_batch_size > 0
+                )
+            except InferenceError as exc:
+                raise locate(exc, chunk, len(chunks)) from exc
             results.extend(decode_outputs(outputs, info))
         if len(results) != len(data):
             raise ClientError(f"model {self.model!r} returned {len(results)} results for {len(data)} images")
