@@ -1,16 +1,15 @@
 """Fuse the image normalisation into the served graph.
 
-The served detector takes letterboxed BGR uint8 NHWC images and does BGR->RGB, NCHW, cast and /255
+The served detector takes letterboxed BGR uint8 NHWC images and does the cast, BGR->RGB, NCHW and /255
 itself. Between the Triton steps this moves a quarter of the bytes of a float32 tensor, and on a GPU the
 conversion runs fused inside the engine instead of in Python.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-
-import numpy as np
 
 SERVED_INPUT = "images_bgr_u8"
 
@@ -33,19 +32,20 @@ def add_normalisation_prefix(model: onnx.ModelProto) -> onnx.ModelProto:
         numpy_helper.from_array(np.array([2, 1, 0], dtype=np.int64), prefix + "bgr_to_rgb"),
         numpy_helper.from_array(np.array(255.0, dtype=np.float32), prefix + "scale"),
     ])
+    # Cast first: TensorRT accepts a uint8 network input only when a Cast consumes it.
     nodes = [
-        helper.make_node("Gather", [SERVED_INPUT, prefix + "bgr_to_rgb"], [prefix + "rgb"], axis=3,
+        helper.make_node("Cast", [SERVED_INPUT], [prefix + "float"], to=TensorProto.FLOAT, name=prefix + "cast"),
+        helper.make_node("Gather", [prefix + "float", prefix + "bgr_to_rgb"], [prefix + "rgb"], axis=3,
                          name=prefix + "gather"),
         helper.make_node("Transpose", [prefix + "rgb"], [prefix + "nchw"], perm=[0, 3, 1, 2],
                          name=prefix + "transpose"),
-        helper.make_node("Cast", [prefix + "nchw"], [prefix + "float"], to=TensorProto.FLOAT, name=prefix + "cast"),
     ]
     if tensor_type.elem_type == TensorProto.FLOAT:
-        nodes.append(helper.make_node("Div", [prefix + "float", prefix + "scale"], [original.name],
+        nodes.append(helper.make_node("Div", [prefix + "nchw", prefix + "scale"], [original.name],
                                       name=prefix + "div"))
     else:
         nodes += [
-            helper.make_node("Div", [prefix + "float", prefix + "scale"], [prefix + "scaled"], name=prefix + "div"),
+            helper.make_node("Div", [prefix + "nchw", prefix + "scale"], [prefix + "scaled"], name=prefix + "div"),
             helper.make_node("Cast", [prefix + "scaled"], [original.name], to=tensor_type.elem_type,
                              name=prefix + "cast_out"),
         ]
