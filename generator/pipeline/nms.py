@@ -99,8 +99,12 @@ def postprocess(
     finite = np.isfinite(scores) & np.isfinite(boxes).all(axis=-1)
     image_idx, cand_idx = np.nonzero(finite & (scores > conf_threshold))
     cand_scores = scores[image_idx, cand_idx]
-    if len(cand_scores) > MAX_CANDIDATES * batch:
-        top = np.argpartition(-cand_scores, MAX_CANDIDATES * batch)[: MAX_CANDIDATES * batch]
+    if len(cand_scores) and np.bincount(image_idx).max() > MAX_CANDIDATES:
+        # Cap per image, not per batch, so a busy image cannot push out its neighbours' boxes; the stable
+        # sort breaks ties by anchor, and sorting the kept indices restores the image-major order.
+        by_score = np.lexsort((-cand_scores, image_idx))
+        rank = np.arange(len(by_score)) - np.searchsorted(image_idx[by_score], image_idx[by_score], side="left")
+        top = np.sort(by_score[rank < MAX_CANDIDATES])
         image_idx, cand_idx, cand_scores = image_idx[top], cand_idx[top], cand_scores[top]
     cand_boxes = boxes[image_idx, cand_idx]
     cand_classes = classes[image_idx, cand_idx]
