@@ -61,8 +61,8 @@ class Settings:
     python_image: str = "python:3.11-slim-bookworm"
     prometheus_image: str = "prom/prometheus:v3.5.0"
     grafana_image: str = "grafana/grafana:12.1.0"
-    # Repo-relative path of the ONNX detector baked into the builder image.
-    detector_onnx: str = "deploy/models/detector.onnx"
+    # Repo-relative path of the ONNX detector baked into the builder image (default: the bundled demo).
+    detector_onnx: str = "generator/demo/demo_detector.onnx"
 
     # --- model (generator contract) -----------------------------------------------------------
     model_name: str = "yolo"
@@ -70,9 +70,11 @@ class Settings:
     # The CPU profile's detector runs on ONNX Runtime, where FP16 is slower than FP32.
     cpu_precision: str = "fp32"
     max_batch: int = 8
+    # Largest model input side served; sizes /dev/shm (a smaller model fits in the same budget).
     input_size: int = 640
     num_classes: int = 80
     max_detections: int = 100
+    # Instances of each Python model (preprocess, NMS); passed to `generator build --instances`.
     python_instances: int = 2
     # Serving cap on one encoded image; bounds the HTTP body and /dev/shm sizing.
     max_image_bytes: int = 4 * 1024 * 1024

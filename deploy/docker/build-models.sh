@@ -23,7 +23,9 @@ python3 -m generator build \
   --name yolo \
   --precision "$precision" \
   --max-batch 8 \
-  --max-detections 100
+  --max-detections 100 \
+  --max-image-bytes 4194304 \
+  --instances 2 1 2
 
 # Refuse to hand Triton a repository that would not load here.
 python3 -m generator check /models

@@ -21,7 +21,7 @@ COPY loadtest /opt/project/loadtest
 COPY deploy /opt/project/deploy
 RUN python3 -m pip install /opt/project
 
-ARG DETECTOR_ONNX=deploy/models/detector.onnx
+ARG DETECTOR_ONNX=generator/demo/demo_detector.onnx
 COPY ${DETECTOR_ONNX} /opt/detector/model.onnx
 COPY deploy/docker/build-models.sh /opt/deploy/build-models.sh
 

@@ -15,14 +15,8 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 RUN python3 -m pip install "numpy>=1.24,<2" "opencv-python-headless>=4.8,<4.12"
-# The project's pure pipeline code (letterbox, decode, NMS) for the preprocess/NMS model.py files;
-# its third-party dependencies are the ones above, so install it without them.
-COPY pyproject.toml README.md /tmp/src/
-COPY generator /tmp/src/generator
-COPY clients /tmp/src/clients
-COPY loadtest /tmp/src/loadtest
-COPY deploy /tmp/src/deploy
-RUN python3 -m pip install --no-deps /tmp/src && rm -rf /tmp/src
+# The generator vendors its pipeline code (ensemble_pipeline/) into the model repository, so the
+# image needs only the third-party packages above, not the project itself.
 
 COPY deploy/healthcheck.py /opt/deploy/healthcheck.py
 RUN mkdir -p /models && chown 1000:1000 /models
