@@ -1,0 +1,83 @@
+import asyncio
+
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from clients._errors_map import translate_error
+from clients.endpoint import parse_endpoint
+from clients.errors import (
+    ClientError,
+    ClientTimeoutError,
+    ImageSourceError,
+    InferenceError,
+    ServerUnavailableError,
+)
+from clients.sync_client import locate
+
+GRPC = parse_endpoint("grpc://h:1")
+
+
+def test_one_tree():
+    for cls in (ServerUnavailableError, InferenceError, ClientTimeoutError, ImageSourceError):
+        assert issubclass(cls, ClientError)
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("StatusCode.DEADLINE_EXCEEDED", ClientTimeoutError),
+        ("StatusCode.UNAVAILABLE", ServerUnavailableError),
+        ("503", ServerUnavailableError),
+        ("StatusCode.INVALID_ARGUMENT", InferenceError),
+        ("StatusCode.NOT_FOUND", InferenceError),
+        ("400", InferenceError),
+        (None, ClientError),
+    ],
+)
+def test_triton_statuses(status, expected):
+    error = translate_error(
+        InferenceServerException("in ensemble 'yolo', invalid image: x", status), GRPC, 2.0
+    )
+    assert type(error) is expected
+    assert "in ensemble 'yolo', invalid image: x" in str(error)
+
+
+def test_inference_error_keeps_triton_text_and_status():
+    error = translate_error(InferenceServerException("bad image", "400"), GRPC, 2.0)
+    assert str(error) == "bad image"
+    assert error.status == "400"
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (TimeoutError("timed out"), ClientTimeoutError),
+        (asyncio.TimeoutError(), ClientTimeoutError),
+        (ConnectionRefusedError(111, "Connection refused"), ServerUnavailableError),
+        (ConnectionResetError(), ServerUnavailableError),
+        (ValueError("odd"), ClientError),
+    ],
+)
+def test_transport_exceptions(exc, expected):
+    error = translate_error(exc, GRPC, 2.0)
+    assert type(error) is expected
+    assert "grpc://h:1" in str(error)
+
+
+def test_gevent_timeout_is_a_timeout():
+    import gevent
+
+    assert isinstance(translate_error(gevent.Timeout(1), GRPC, 1.0), ClientTimeoutError)
+
+
+def test_our_errors_pass_through():
+    original = InferenceError("x", "400")
+    assert translate_error(original, GRPC, 1.0) is original
+
+
+def test_locate_prefixes_only_split_calls():
+    error = InferenceError("invalid image: image 1: corrupt", status="400")
+    assert locate(error, range(0, 8), 1) is error
+    located = locate(error, range(8, 11), 2)
+    assert str(located) == "request for images 8..10: invalid image: image 1: corrupt"
+    assert located.status == "400"
