@@ -137,7 +137,7 @@ def _blend(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return cv2.LUT(t8, table)
 
 
-def _background(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
+def _background(rng: np.random.Generator, width: int, height: int, clutter: bool) -> np.ndarray:
     kind = rng.integers(0, 4)
     a, b = _random_color(rng), _random_color(rng)
     if kind == 0:  # linear gradient at a random angle
@@ -163,7 +163,8 @@ def _background(rng: np.random.Generator, width: int, height: int) -> np.ndarray
     else:  # flat colour
         img = np.empty((height, width, 3), dtype=np.uint8)
         img[...] = a.astype(np.uint8)
-    _clutter(rng, img)
+    if clutter:
+        _clutter(rng, img)
     return img
 
 
@@ -218,13 +219,24 @@ def _shape_color(rng: np.random.Generator, under: np.ndarray) -> np.ndarray:
     return color
 
 
-def make_scene(rng: np.random.Generator, width: int = 640, height: int = 480, max_objects: int = 8) -> Scene:
-    """Draw one scene with 1..max_objects labelled shapes (fewer if placements keep failing)."""
+def make_scene(
+    rng: np.random.Generator,
+    width: int = 640,
+    height: int = 480,
+    max_objects: int = 8,
+    *,
+    clutter: bool = True,
+) -> Scene:
+    """Draw one scene with 1..max_objects labelled shapes (fewer if placements keep failing).
+
+    ``clutter=False`` leaves out distractors and pixel noise: clean scenes whose only non-background
+    pixels are the shapes, for checks that need to see exactly what was drawn.
+    """
     if width < 32 or height < 32:
         raise ValueError(f"scene size must be at least 32x32, got {width}x{height}")
     if max_objects < 1:
         raise ValueError(f"max_objects must be >= 1, got {max_objects}")
-    image = _background(rng, width, height)
+    image = _background(rng, width, height, clutter)
     owner = np.full((height, width), -1, dtype=np.int16)  # which object owns each visible pixel
     areas: list[int] = []
     visible: list[int] = []
@@ -274,7 +286,7 @@ def make_scene(rng: np.random.Generator, width: int = 640, height: int = 480, ma
             keep[i] = False
             continue
         boxes[i] = (x0 + cols[0], y0 + rows[0], x0 + cols[-1] + 1, y0 + rows[-1] + 1)
-    if rng.random() < 0.7:  # sensor-like noise, added with saturating uint8 arithmetic
+    if clutter and rng.random() < 0.7:  # sensor-like noise, added with saturating uint8 arithmetic
         amp = int(rng.integers(2, 14))
         small = rng.integers(-amp, amp + 1, size=(height // 2 + 1, width // 2 + 1, 3), dtype=np.int16)
         noise = cv2.resize(small, (width, height), interpolation=cv2.INTER_NEAREST)
