@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.batch < 1:
         return _fail("--batch must be at least 1")
-    if not args.timeout > 0:
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
         return _fail("--timeout must be a positive number of seconds")
     missing = [str(p) for p in args.images if not p.is_file()]
     if missing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -24,8 +25,8 @@ DEFAULT_URL = "127.0.0.1:8001"
 
 def check_timeout(timeout_s: float) -> float:
     """Reject timeouts that would mean 'wait forever' or fail every call."""
-    if not timeout_s > 0:
-        raise ClientError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise ClientError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
     return float(timeout_s)
 
 

@@ -87,7 +87,7 @@ def test_no_request_for_empty_input(closed_port):
         assert client.detect_many([]) == []
 
 
-@pytest.mark.parametrize("timeout_s", [0, -1.0, float("nan")])
+@pytest.mark.parametrize("timeout_s", [0, -1.0, float("nan"), float("inf")])
 def test_non_positive_timeout_rejected(timeout_s):
     with pytest.raises(ClientError, match="timeout_s"):
         DetectionClient("127.0.0.1:1", timeout_s=timeout_s)
