@@ -124,8 +124,10 @@ def build_repository(
         if precision_transform is None:
             raise GeneratorError(f"--precision {options.precision} is not available in this build")
         model, precision_facts = precision_transform(model, info, options)
-    served = add_normalisation_prefix(model)
-    info_served = served_info(info)
+    if options.normalise_in == "graph":
+        served, info_served = add_normalisation_prefix(model), served_info(info)
+    else:
+        served, info_served = model, info
     names = options.model_names
     extra = {
         "detector": {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}

@@ -114,7 +114,7 @@ def render_models(
             "name": names["preprocess"],
             "max_batch_size": options.max_batch,
             "image_dtype": detector["input_dtype"],
-            "image_dims": [height, width, 3],
+            "image_dims": [height, width, 3] if options.normalise_in == "graph" else [3, height, width],
             "instances": options.preprocess_instances,
             "parameters": {
                 "input_height": str(height),
@@ -123,6 +123,7 @@ def render_models(
                 "max_image_pixels": str(limits.max_pixels),
                 "max_image_side": str(limits.max_side),
                 "reduced_decode": "true" if options.reduced_decode else "false",
+                "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
                 **extra.get("preprocess", {}),
             },
             **batching,

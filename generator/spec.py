@@ -50,6 +50,9 @@ class BuildOptions:
     image_size: tuple[int, int] | None = None
     limits: ImageLimitOptions = field(default_factory=ImageLimitOptions)
     reduced_decode: bool = True
+    # "graph": uint8 images travel between steps and the detector graph normalises (fast);
+    # "preprocess": the Python step sends float NCHW tensors (the straightforward design, for comparison).
+    normalise_in: str = "graph"
     queue_delay_us: int = 2000
     queue_timeout_us: int = 5_000_000
     max_queue_size: int = 64
@@ -77,6 +80,8 @@ class BuildOptions:
         for key in ("preprocess_instances", "detector_instances", "nms_instances"):
             if not 1 <= getattr(self, key) <= 64:
                 raise SpecError(f"{key.replace('_', '-')} must be between 1 and 64")
+        if self.normalise_in not in ("graph", "preprocess"):
+            raise SpecError(f"--normalise-in must be 'graph' or 'preprocess', got {self.normalise_in!r}")
         if self.queue_delay_us < 0 or self.queue_timeout_us < 0 or self.max_queue_size < 0:
             raise SpecError("queue settings must not be negative")
 

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-image-side", type=int, default=ImageLimitOptions.max_side)
     parser.add_argument("--no-reduced-decode", action="store_true",
                         help="always decode JPEGs at full resolution")
+    parser.add_argument("--normalise-in", choices=("graph", "preprocess"), default="graph",
+                        help="graph: uint8 images between steps, normalisation fused into the detector; "
+                             "preprocess: float tensors from the Python step (slower, for comparison)")
     parser.add_argument("--queue-delay-us", type=int, default=BuildOptions.queue_delay_us,
                         help="dynamic batching max_queue_delay_microseconds")
     parser.add_argument("--instances", type=int, nargs=3, metavar=("PRE", "DET", "NMS"), default=(1, 1, 1),
@@ -65,6 +68,7 @@ def options_from_args(args: argparse.Namespace) -> BuildOptions:
         image_size=tuple(args.imgsz) if args.imgsz else None,
         limits=ImageLimitOptions(args.max_image_bytes, args.max_image_pixels, args.max_image_side),
         reduced_decode=not args.no_reduced_decode,
+        normalise_in=args.normalise_in,
         queue_delay_us=args.queue_delay_us,
         preprocess_instances=args.instances[0],
         detector_instances=args.instances[1],

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from ensemble_common import failed, parameters
-from ensemble_pipeline.batch import prepare_batch
+from ensemble_pipeline.batch import prepare_batch, to_float_nchw
 from ensemble_pipeline.images import ImageLimits
 
 # Triton runs several models side by side; OpenCV's own thread pool would oversubscribe the cores.
@@ -25,6 +25,8 @@ class TritonPythonModel:
             max_side=int(params["max_image_side"]),
         )
         self.reduced_decode = params["reduced_decode"] == "true"
+        # uint8: letterboxed BGR NHWC, normalised inside the detector graph; otherwise float NCHW RGB /255.
+        self.output_dtype = np.dtype(params["output_dtype"])
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
@@ -53,8 +55,11 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
                 continue
             slots = slice(slot_of[start], slot_of[stop - 1] + 1) if stop > start else slice(0, 0)
+            images = batch.images[slots]
+            if self.output_dtype != np.uint8:
+                images = to_float_nchw(images, self.output_dtype)
             responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("PREPROCESSED", np.ascontiguousarray(batch.images[slots])),
+                pb_utils.Tensor("PREPROCESSED", np.ascontiguousarray(images)),
                 pb_utils.Tensor("LETTERBOX", np.ascontiguousarray(batch.letterbox[slots])),
             ]))
         return responses
