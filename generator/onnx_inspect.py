@@ -129,10 +129,27 @@ def detect_layout(output: TensorInfo, num_classes: int | None, end2end: bool) ->
     )
 
 
+def _refuse_engine(path: Path) -> None:
+    """A TensorRT engine is not an ONNX; say what it is and what to do instead."""
+    from .tensorrt.engine_header import read_ultralytics_header
+
+    with path.open("rb") as handle:
+        head = handle.read(1 << 20)
+    header = read_ultralytics_header(head)
+    if header is not None or path.suffix in (".engine", ".plan"):
+        what = "an Ultralytics TensorRT .engine (JSON header + plan)" if header else "a TensorRT plan"
+        raise ModelInspectionError(
+            f"{path} is {what}, not an ONNX model. Plans only load on the TensorRT version and GPU they were "
+            "built for, so export ONNX instead (yolo export format=onnx) and build the plan on the serving "
+            "GPU with --target tensorrt"
+        )
+
+
 def inspect_onnx(path: Path, image_size: tuple[int, int] | None = None) -> DetectorInfo:
     """Load, check and describe a detector ONNX; raise ``ModelInspectionError`` with a fix if unsupported."""
     if not path.is_file():
         raise ModelInspectionError(f"ONNX file not found: {path}")
+    _refuse_engine(path)
     try:
         model = onnx.load(str(path))
         onnx.checker.check_model(model)
