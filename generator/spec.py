@@ -18,7 +18,7 @@ class SpecError(GeneratorError):
 
 
 def validate_model_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):  # match() would let "yolo\n" through: "$" matches before a final newline
         raise SpecError(
             f"invalid --name {name!r}: use 1-64 letters, digits, '_' or '-', starting with a letter "
             "(it becomes a directory and a Triton model name)"
