@@ -17,13 +17,14 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
-from . import __version__
 from .errors import GeneratorError
 from .graph_prefix import SERVED_INPUT, add_normalisation_prefix
 from .onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
 from .render import render_models
+from .repository import MARKER as MANIFEST_NAME
 from .repository import write_repository
 from .spec import BuildOptions
+from .tensorrt_step import TensorRTOptions
 
 DEMO_ONNX = Path(__file__).parent / "demo" / "demo_detector.onnx"
 _STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
@@ -99,6 +100,44 @@ def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, opti
     return report_files(report)
 
 
+def _manifest(onnx_path: Path, info: DetectorInfo, options: BuildOptions, precision_facts: dict[str, str],
+              files: dict[str, bytes], validated: bool, plan: dict[str, object] | None) -> dict[str, object]:
+    from .manifest import Manifest, PlanFacts, Thresholds, hash_files
+
+    if options.precision == "fp32":
+        validation = "not needed (fp32)"
+    else:
+        validation = "accuracy gate passed" if validated else "skipped (--no-validate)"
+    record = Manifest(
+        name=options.name,
+        target=options.target,
+        precision=options.precision,
+        onnx_sha256=_sha256(onnx_path.read_bytes()),
+        source_onnx_path=str(onnx_path.resolve()),
+        thresholds=Thresholds(options.conf_threshold, options.iou_threshold, options.max_detections),
+        files=hash_files(files),
+        validation_skipped=options.precision != "fp32" and not validated,
+        validation=validation,
+        calibration_method=precision_facts.get("calibration_method"),
+        calibration_digest=precision_facts.get("calibration_digest"),
+        max_batch=options.max_batch,
+        plan=PlanFacts.from_json({**plan, "plan_files": [f"{options.model_names['detector']}/1/model.plan"]})
+        if plan else None,
+        extra={
+            "detector": {
+                "layout": info.layout,
+                "image_size": list(info.image_size),
+                "static_batch": info.static_batch,
+                "class_names": list(info.class_names),
+                "normalise_in": options.normalise_in,
+                "reduced_decode": options.reduced_decode,
+            },
+            "precision_facts": precision_facts,
+        },
+    )
+    return record.to_json()
+
+
 def build_repository(
     onnx_path: Path,
     output: Path,
@@ -106,6 +145,7 @@ def build_repository(
     force: bool = False,
     precision_transform: PrecisionTransform | None = None,
     gate: GateOptions | None = None,
+    tensorrt: TensorRTOptions | None = None,
 ) -> BuildResult:
     """Build the whole repository in memory, check it, then write it atomically.
 
@@ -113,10 +153,9 @@ def build_repository(
     """
     gate = gate or GateOptions()
     if options.target == "tensorrt":
-        raise GeneratorError(
-            "--target tensorrt builds a TensorRT plan, which needs TensorRT and an NVIDIA GPU on this machine; "
-            "run the build on the GPU host (see README, 'Deploy on a GPU host'), or use --target onnxruntime"
-        )
+        from .tensorrt.availability import require_tensorrt_and_gpu
+
+        require_tensorrt_and_gpu()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
     model = onnx.load(str(onnx_path))
     precision_facts: dict[str, str] = {}
@@ -128,51 +167,37 @@ def build_repository(
         served, info_served = add_normalisation_prefix(model), served_info(info)
     else:
         served, info_served = model, info
+
     names = options.model_names
+    files: dict[str, bytes] = {}
+    overrides: dict[str, object] = {}
+    plan: dict[str, object] | None = None
+    if options.target == "tensorrt":
+        from .tensorrt_step import build_tensorrt_detector
+
+        artifacts = build_tensorrt_detector(served, info_served, options, tensorrt or TensorRTOptions())
+        files.update({f"{names['detector']}/{path}": data for path, data in artifacts.files.items()})
+        overrides, plan = artifacts.overrides, artifacts.manifest
+    else:
+        files[f"{names['detector']}/1/model.onnx"] = served.SerializeToString()
     extra = {
         "detector": {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}
         if options.target == "embedded" else {},
         "nms": {"raw_output": info.output.name},
     }
-    rendered = render_models(info_served, options, extra)
-
-    files: dict[str, bytes] = {}
+    rendered = render_models(info_served, options, extra, detector_overrides=overrides)
     for model_name, r in rendered.items():
         files[f"{model_name}/config.pbtxt"] = r.text.encode()
     files[f"{options.name}/1/.keep"] = b""  # an ensemble still needs a version folder
-    files[f"{names['detector']}/1/model.onnx"] = served.SerializeToString()
     for step, source in _STEP_SOURCES.items():
         if step == "detector" and options.target != "embedded":
             continue
         files.update(_python_step_files(names[step], source))
 
-    manifest: dict[str, object] = {
-        "tool": "triton-detection-ensemble",
-        "tool_version": __version__,
-        "name": options.name,
-        "target": options.target,
-        "precision": options.precision,
-        "detector": {
-            "layout": info.layout,
-            "image_size": list(info.image_size),
-            "static_batch": info.static_batch,
-            "class_names": list(info.class_names),
-        },
-        "thresholds": {
-            "conf": options.conf_threshold,
-            "iou": options.iou_threshold,
-            "max_detections": options.max_detections,
-        },
-        "max_batch": options.max_batch,
-        "precision_facts": precision_facts,
-        "files": {path: _sha256(content) for path, content in sorted(files.items())},
-    }
     validated = options.precision != "fp32" and gate.enabled
-    manifest["validation"] = "accuracy gate passed" if validated else (
-        "skipped (--no-validate)" if options.precision != "fp32" else "not needed (fp32)")
-    manifest["source_onnx"] = {"path": str(onnx_path.resolve()), "sha256": _sha256(onnx_path.read_bytes())}
     if validated:
         files.update(_run_gate(onnx_path, served, info, options, gate))
-    files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+    manifest = _manifest(onnx_path, info, options, precision_facts, files, validated, plan)
+    files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()
     write_repository(output, files, force=force)
     return BuildResult(output, info, tuple(rendered), manifest)

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..build import DEMO_ONNX, GateOptions, build_repository
 from ..errors import GeneratorError
 from ..spec import PRECISIONS, TARGETS, BuildOptions, ImageLimitOptions
+from ..tensorrt_step import TensorRTOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--detector-threads", type=int, default=0,
                         help="ONNX Runtime intra-op threads of the embedded detector (0: all cores)")
     parser.add_argument("--force", action="store_true", help="replace an --output this tool did not write")
+    trt = parser.add_argument_group("TensorRT plan (--target tensorrt, on the serving GPU)")
+    trt.add_argument("--opt-batch", type=int, default=None, help="profile opt batch (default: --max-batch)")
+    trt.add_argument("--workspace-gib", type=float, default=4.0, help="builder workspace limit")
+    trt.add_argument("--builder-optimization-level", type=int, default=3, choices=range(6))
+    trt.add_argument("--hardware-compatibility", choices=("none", "ampere_plus"), default="none",
+                     help="ampere_plus: one plan for every GPU of compute capability >= 8.0 (slower)")
+    trt.add_argument("--version-compatible", action="store_true",
+                     help="plan loadable by later TensorRT releases (lean runtime)")
+    trt.add_argument("--cuda-graphs", action="store_true", help="enable CUDA graphs in the detector config")
+    trt.add_argument("--triton-image", default=TensorRTOptions.triton_image,
+                     help="Triton image that will serve the plan (recorded in the manifest)")
     precision = parser.add_argument_group("precision (FP16/INT8) and the accuracy gate")
     precision.add_argument("--calib-images", type=Path, default=None,
                            help="INT8 calibration images (default: synthetic scenes; use your own domain's)")
@@ -92,8 +104,13 @@ def run(args: argparse.Namespace) -> int:
         ))
     gate = GateOptions(enabled=not args.no_validate, max_drop_points=args.max_map_drop,
                        images=args.validate_images, labels=args.validate_labels)
+    tensorrt = TensorRTOptions(
+        opt_batch=args.opt_batch, workspace_gib=args.workspace_gib,
+        optimization_level=args.builder_optimization_level, hardware_compatibility=args.hardware_compatibility,
+        version_compatible=args.version_compatible, cuda_graphs=args.cuda_graphs, triton_image=args.triton_image,
+    )
     result = build_repository(onnx_path, args.output, options, force=args.force,
-                              precision_transform=transform, gate=gate)
+                              precision_transform=transform, gate=gate, tensorrt=tensorrt)
     info = result.info
     print(f"Built {result.output} from {onnx_path.name}: {info.layout} head, {info.num_classes} classes, "
           f"input {info.image_size[0]}x{info.image_size[1]}, "
