@@ -1,0 +1,310 @@
+"""Run Locust headless in child processes and turn its output into one verdict with Triton's own view.
+
+Locust runs as a subprocess (``python -m locust -f loadtest/locustfile.py``): its gevent monkey-patching
+stays out of this process, a crashed run cannot take the harness with it, and distributed mode
+(master + workers) is the same command line with other flags. Around it this module scrapes Triton's
+metrics before and after, watches the generator's CPU, and writes CSV, HTML, PNG and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from .cpu import CpuMonitor, CpuReport
+from .errors import LoadTestError, MetricsError, RunError
+from .images import DEFAULT_SIZES, parse_sizes
+from .metrics import Snapshot, snapshot, stage_deltas, stages_table
+from .report import LatencyPoint, threshold_breaches
+from .target import address_of, default_metrics_url
+
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+PROJECT_ROOT = LOCUSTFILE.parents[1]
+USER_CLASSES = {"grpc": "GrpcDetectionUser", "http": "HttpDetectionUser"}
+Role = Literal["local", "master", "worker"]
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from Locust-style durations: ``90``, ``90s``, ``1m30s``, ``2h``."""
+    match = _DURATION.match(text.strip().lower())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise LoadTestError(f"bad duration {text!r}: use e.g. 30s, 2m, 1m30s")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise LoadTestError(f"duration must be positive, got {text!r}")
+    return total
+
+
+@dataclass(frozen=True)
+class LocustRun:
+    url: str
+    protocol: Literal["grpc", "http"]
+    model: str
+    users: int
+    spawn_rate: float
+    duration_s: float
+    out: Path
+    images: Path | None = None
+    sizes: str = DEFAULT_SIZES
+    images_per_size: int = 4
+    metrics_url: str | None = None
+    sla_p95_ms: float | None = None
+    max_fail_ratio: float | None = None
+    max_generator_cpu: float = 90.0
+    think_ms: float = 0.0
+    timeout_s: float = 30.0
+    role: Role = "local"
+    expect_workers: int = 0
+    local_workers: int = 0
+    master_host: str = "127.0.0.1"
+    master_port: int = 5557
+    master_bind_host: str = "*"
+
+    def __post_init__(self) -> None:
+        if self.protocol not in USER_CLASSES:
+            raise LoadTestError(f"unknown protocol {self.protocol!r}: use grpc or http")
+        if self.users < 1 or self.spawn_rate <= 0:
+            raise LoadTestError("--users must be >= 1 and --spawn-rate > 0")
+        if self.images is not None and not self.images.is_dir():
+            raise LoadTestError(f"image folder not found: {self.images}")
+        parse_sizes(self.sizes)  # fail here, not inside every Locust user
+        address_of(self.url, self.protocol)  # a bad URL is a user error now, not a failure per request
+        if self.role == "master" and self.expect_workers < 1:
+            raise LoadTestError("--master needs --expect-workers N (N >= 1)")
+
+    @property
+    def csv_prefix(self) -> Path:
+        return self.out / "locust"
+
+    @property
+    def resolved_metrics_url(self) -> str:
+        if self.metrics_url:
+            return self.metrics_url
+        return default_metrics_url(self.url, self.protocol)
+
+
+def locust_command(run: LocustRun, role: Role) -> list[str]:
+    """The Locust command line for one process of ``run`` (``local``, ``master`` or ``worker``)."""
+    command = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), USER_CLASSES[run.protocol],
+        "--host", run.url,
+        "--triton-model", run.model,
+        "--triton-sizes", run.sizes,
+        "--triton-images-per-size", str(run.images_per_size),
+        "--triton-timeout", str(run.timeout_s),
+        "--triton-think-ms", str(run.think_ms),
+        "--loglevel", "WARNING",
+    ]
+    if run.images is not None:
+        command += ["--triton-images", str(run.images.resolve())]
+    if role == "worker":
+        return [*command, "--worker", "--master-host", run.master_host, "--master-port", str(run.master_port)]
+    command += [
+        "--headless", "--users", str(run.users), "--spawn-rate", str(run.spawn_rate),
+        "--run-time", f"{run.duration_s:g}s", "--stop-timeout", str(int(run.timeout_s) + 1),
+        "--csv", str(run.csv_prefix), "--csv-full-history", "--html", str(run.out / "report.html"), "--only-summary",
+        "--triton-runinfo", str(run.out / "runinfo.json"),
+    ]
+    if run.sla_p95_ms is not None:
+        command += ["--triton-sla-p95-ms", str(run.sla_p95_ms)]
+    if run.max_fail_ratio is not None:
+        command += ["--triton-max-fail-ratio", str(run.max_fail_ratio)]
+    if role == "master":
+        command += [
+            "--master", "--expect-workers", str(run.expect_workers), "--expect-workers-max-wait", "120",
+            "--master-bind-host", run.master_bind_host, "--master-bind-port", str(run.master_port),
+        ]
+    return command
+
+
+def child_environment() -> dict[str, str]:
+    """Let Locust children import ``loadtest``, ``clients`` and ``generator`` from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_worker(run: LocustRun) -> int:
+    """A worker only generates load for a master elsewhere; it reports nothing itself."""
+    return subprocess.call(locust_command(run, "worker"), env=child_environment())
+
+
+def _try_snapshot(url: str, problems: list[str]) -> Snapshot | None:
+    try:
+        return snapshot(url)
+    except MetricsError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _max_history_users(history_csv: Path) -> int:
+    try:
+        with history_csv.open(newline="") as handle:
+            counts = [int(row["User Count"]) for row in csv.DictReader(handle) if row.get("Name") == "Aggregated"]
+    except (OSError, ValueError, KeyError):
+        return 0
+    return max(counts, default=0)
+
+
+def _health(run: LocustRun, info: dict[str, Any], cpu: CpuReport, history_users: int, throughput: float) -> dict[str, Any]:
+    achieved = max(int(info.get("max_users", 0)), history_users)
+    reasons: list[str] = []
+    if achieved < run.users:
+        reasons.append(f"only {achieved} of {run.users} users were running (spawn rate or duration too low?)")
+    busiest = cpu.busiest_avg
+    if busiest is not None and busiest > run.max_generator_cpu:
+        reasons.append(
+            f"a Locust process averaged {busiest:.0f}% of a core (limit {run.max_generator_cpu:g}%): the load "
+            "generator, not the server, was the bottleneck; add workers (--local-workers N or --master/--worker)"
+        )
+    if info.get("cpu_warning") or info.get("worker_cpu_warning"):
+        reasons.append("Locust itself warned that a load-generator process exceeded 90% CPU")
+    health: dict[str, Any] = {
+        "requested_users": run.users,
+        "achieved_users": achieved,
+        "achieved_rps": throughput,
+        "workers": info.get("workers", 0),
+        **cpu.to_dict(),
+        "loadavg_end": [round(v, 2) for v in os.getloadavg()],
+        "valid": not reasons,
+        "reasons": reasons,
+    }
+    if run.role == "master" and run.local_workers < run.expect_workers:
+        health["note"] = "remote workers' CPU is known only through Locust's own >90% warning"
+    return health
+
+
+def execute(run: LocustRun) -> tuple[dict[str, Any], int]:
+    """Run the load test; return (summary, exit code). Exit code 2 means thresholds were breached."""
+    run.out.mkdir(parents=True, exist_ok=True)
+    for stale in ("runinfo.json", "summary.json"):
+        (run.out / stale).unlink(missing_ok=True)
+    problems: list[str] = []
+    metrics_url = run.resolved_metrics_url
+    before = _try_snapshot(metrics_url, problems)
+    role: Role = "master" if run.role == "master" or run.local_workers > 0 else "local"
+    expect = max(run.expect_workers, run.local_workers)
+    effective = LocustRun(**{**run.__dict__, "role": role, "expect_workers": expect})
+    log_path = run.out / "locust.log"
+    env = child_environment()
+    started = datetime.now(timezone.utc)
+    with log_path.open("wb") as log:
+        main = subprocess.Popen(locust_command(effective, role), stdout=log, stderr=subprocess.STDOUT, env=env)
+        workers = [
+            subprocess.Popen(locust_command(effective, "worker"), stdout=log, stderr=subprocess.STDOUT, env=env)
+            for _ in range(run.local_workers)
+        ]
+        monitor = CpuMonitor([main.pid, *(w.pid for w in workers)]).start()
+        limit = run.duration_s + run.users / run.spawn_rate + run.timeout_s + (150 if role == "master" else 60)
+        try:
+            code = main.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            main.kill()
+            main.wait()
+            raise RunError(f"Locust did not finish within {limit:.0f} s; see {log_path}") from None
+        finally:
+            cpu = monitor.stop()
+            for worker in workers:
+                try:
+                    worker.wait(timeout=15)  # workers quit when the master does
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.wait()
+    after = _try_snapshot(metrics_url, problems) if before is not None else None
+    runinfo_path = run.out / "runinfo.json"
+    if not runinfo_path.exists():
+        raise RunError(f"Locust exited with code {code} without results; last log lines:\n{_tail(log_path)}")
+    info = json.loads(runinfo_path.read_text())
+    requests, failures = int(info["requests"]), int(info["failures"])
+    elapsed = float(info.get("elapsed_s") or 0.0)
+    throughput = round((requests - failures) / elapsed, 3) if elapsed > 0 else 0.0
+    point = LatencyPoint(
+        tool="locust", concurrency=run.users, requests=requests, failures=failures, throughput_rps=throughput,
+        p50_ms=info.get("p50_ms"), p90_ms=info.get("p90_ms"), p95_ms=info.get("p95_ms"),
+        p99_ms=info.get("p99_ms"), avg_ms=info.get("avg_ms"), label=run.protocol,
+    )
+    breaches = threshold_breaches(point.p95_ms, point.fail_ratio, requests, run.sla_p95_ms, run.max_fail_ratio)
+    history = Path(f"{run.csv_prefix}_stats_history.csv")
+    files: dict[str, str] = {"log": str(log_path), "html": str(run.out / "report.html")}
+    for suffix in ("stats", "stats_history", "failures", "exceptions"):
+        files[f"csv_{suffix}"] = f"{run.csv_prefix}_{suffix}.csv"
+    try:
+        from .plot import plot_history
+
+        files["plot"] = str(plot_history(history, run.out / "latency.png",
+                                         f"{run.model} over {run.protocol}, {run.users} users"))
+    except (RunError, OSError, KeyError, ValueError) as exc:
+        problems.append(f"no plot: {exc}")
+    stages = stage_deltas(before, after) if before is not None and after is not None else None
+    summary: dict[str, Any] = {
+        "tool": "locust",
+        "started": started.isoformat(timespec="seconds"),
+        "target": {"url": run.url, "protocol": run.protocol, "model": run.model, "metrics_url": metrics_url},
+        "config": {
+            "users": run.users, "spawn_rate": run.spawn_rate, "duration_s": run.duration_s,
+            "images": str(run.images) if run.images else None,
+            "sizes": None if run.images else run.sizes, "think_ms": run.think_ms, "mode": role,
+            "workers": expect,
+        },
+        "client": {
+            **point.to_dict(),
+            "min_ms": info.get("min_ms"), "max_ms": info.get("max_ms"),
+            "avg_response_bytes": info.get("avg_response_bytes"), "elapsed_s": elapsed,
+            "note": "Locust's percentiles are bucketed (2 significant digits above 100 ms)",
+        },
+        "points": [point.to_dict()],
+        "triton": {name: s.to_dict() for name, s in stages.items()} if stages is not None else None,
+        "health": _health(run, info, cpu, _max_history_users(history), throughput),
+        "thresholds": {"sla_p95_ms": run.sla_p95_ms, "max_fail_ratio": run.max_fail_ratio, "breaches": breaches,
+                       "passed": not breaches},
+        "problems": problems,
+        "locust_exit_code": code,
+        "files": files,
+    }
+    summary["files"]["summary"] = str(run.out / "summary.json")
+    (run.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary, 2 if breaches else 0
+
+
+def format_summary(summary: dict[str, Any]) -> list[str]:
+    """A few lines for the terminal."""
+    c, h = summary["client"], summary["health"]
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f} ms"
+
+    lines = [
+        f"{summary['target']['model']} over {summary['target']['protocol']}: {c['requests']} requests, "
+        f"{c['failures']} failed ({c['fail_ratio']:.2%}), {c['throughput_rps']:.2f} req/s, "
+        f"p50 {ms(c['p50_ms'])}, p95 {ms(c['p95_ms'])}, p99 {ms(c['p99_ms'])}",
+        f"users {h['achieved_users']}/{h['requested_users']}, busiest generator process "
+        f"{h['generator_cpu_percent_avg_busiest_process']}% of a core, machine CPU {h['system_cpu_percent_avg']}%, "
+        f"run {'valid' if h['valid'] else 'NOT valid'}",
+    ]
+    lines += [f"  invalid: {reason}" for reason in h["reasons"]]
+    if summary["triton"]:
+        from .metrics import StageStats
+
+        lines += stages_table({k: StageStats(**v) for k, v in summary["triton"].items()})
+    lines += [f"note: {p}" for p in summary["problems"]]
+    lines.append(f"reports in {Path(summary['files']['summary']).parent}")
+    return lines
+
+

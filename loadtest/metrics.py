@@ -1,0 +1,159 @@
+"""Triton's Prometheus metrics: scrape, parse, and turn two snapshots into per-model stage costs.
+
+Triton's counters are cumulative since start-up, so a run's numbers are the difference between a scrape
+before and one after. Durations are microseconds summed over successful requests; dividing by the
+request delta gives the average cost per request of each stage (queue, compute input/infer/output).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .errors import MetricsError
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+# Per-model counters (summed over versions and failure reasons) that the stage report needs.
+COUNTERS = (
+    "nv_inference_request_success",
+    "nv_inference_request_failure",
+    "nv_inference_count",
+    "nv_inference_exec_count",
+    "nv_inference_request_duration_us",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def _unescape(value: str) -> str:
+    return value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """Parse Prometheus text exposition format; comment and blank lines are skipped, bad lines rejected."""
+    samples: list[Sample] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            raise MetricsError(f"line {number} of the metrics text is not a Prometheus sample: {line[:120]!r}")
+        labels = {k: _unescape(v) for k, v in _LABEL.findall(match.group("labels") or "")}
+        try:
+            value = float(match.group("value"))
+        except ValueError as exc:
+            raise MetricsError(f"line {number}: value {match.group('value')!r} is not a number") from exc
+        samples.append(Sample(match.group("name"), labels, value))
+    return samples
+
+
+Snapshot = dict[str, dict[str, float]]  # model -> counter name -> value
+
+
+def model_counters(samples: list[Sample]) -> Snapshot:
+    """Sum the per-model counters over versions and failure reasons."""
+    snapshot: Snapshot = {}
+    for sample in samples:
+        model = sample.labels.get("model")
+        if model is None or sample.name not in COUNTERS or math.isnan(sample.value):
+            continue
+        counters = snapshot.setdefault(model, dict.fromkeys(COUNTERS, 0.0))
+        counters[sample.name] += sample.value
+    return snapshot
+
+
+def scrape(metrics_url: str, timeout_s: float = 5.0) -> str:
+    """GET the metrics text; ``metrics_url`` is ``host:port`` or a full URL."""
+    url = metrics_url if "://" in metrics_url else f"http://{metrics_url}"
+    if not url.rstrip("/").endswith("/metrics"):
+        url = url.rstrip("/") + "/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return str(response.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError) as exc:
+        raise MetricsError(f"could not scrape Triton metrics at {url}: {exc} (is --metrics-url right?)") from exc
+
+
+def snapshot(metrics_url: str) -> Snapshot:
+    return model_counters(parse_prometheus(scrape(metrics_url)))
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """What one model did between two snapshots; times are average microseconds per successful request."""
+
+    requests: int
+    failures: int
+    inferences: int
+    executions: int
+    avg_batch: float | None
+    request_us: float | None
+    queue_us: float | None
+    compute_input_us: float | None
+    compute_infer_us: float | None
+    compute_output_us: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _per(total: float, count: float) -> float | None:
+    return round(total / count, 1) if count > 0 else None
+
+
+def stage_deltas(before: Snapshot, after: Snapshot) -> dict[str, StageStats]:
+    """Per-model deltas between two snapshots (models that did nothing are included with zeros)."""
+    result: dict[str, StageStats] = {}
+    for model, end in sorted(after.items()):
+        start = before.get(model, dict.fromkeys(COUNTERS, 0.0))
+        d = {name: end[name] - start.get(name, 0.0) for name in COUNTERS}
+        ok = d["nv_inference_request_success"]
+        result[model] = StageStats(
+            requests=int(ok),
+            failures=int(d["nv_inference_request_failure"]),
+            inferences=int(d["nv_inference_count"]),
+            executions=int(d["nv_inference_exec_count"]),
+            avg_batch=round(d["nv_inference_count"] / d["nv_inference_exec_count"], 2)
+            if d["nv_inference_exec_count"] > 0
+            else None,
+            request_us=_per(d["nv_inference_request_duration_us"], ok),
+            queue_us=_per(d["nv_inference_queue_duration_us"], ok),
+            compute_input_us=_per(d["nv_inference_compute_input_duration_us"], ok),
+            compute_infer_us=_per(d["nv_inference_compute_infer_duration_us"], ok),
+            compute_output_us=_per(d["nv_inference_compute_output_duration_us"], ok),
+        )
+    return result
+
+
+def stages_table(stages: dict[str, StageStats]) -> list[str]:
+    """Markdown rows (with header) of the per-model costs, for terminals and reports."""
+    lines = [
+        "| model | requests | failures | avg batch | request us | queue us | input us | infer us | output us |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+
+    for model, s in stages.items():
+        lines.append(
+            f"| {model} | {s.requests} | {s.failures} | {fmt(s.avg_batch)} | {fmt(s.request_us)} | {fmt(s.queue_us)} "
+            f"| {fmt(s.compute_input_us)} | {fmt(s.compute_infer_us)} | {fmt(s.compute_output_us)} |"
+        )
+    return lines

@@ -1,0 +1,289 @@
+"""Locust users that drive the detection ensemble with tritonclient, over gRPC or HTTP.
+
+Every call is reported through ``environment.events.request`` (request_type ``grpc``/``http``, name = the
+model, response time in ms, bytes received, exception), so Locust's statistics, CSV and HTML report see
+them like any built-in client. Importing this module requires Locust (which monkey-patches the process for
+gevent); the gRPC library is switched to gevent here, before any channel exists, or every user would block
+the others (locustio/locust #2339).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import grpc.experimental.gevent as grpc_gevent
+from locust import User, task
+from locust.env import Environment
+
+from .errors import InferenceFailed
+from .images import DEFAULT_SIZES, build_corpus
+from .report import threshold_breaches
+from .target import address_of
+
+grpc_gevent.init_gevent()
+
+INPUT_NAME = "IMAGE"
+OUTPUT_NAMES = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+
+
+def add_locust_arguments(parser: Any) -> None:
+    """Custom Locust options (each also settable by environment variable, for ``locust`` run by hand)."""
+    group = parser.add_argument_group("Triton detection ensemble")
+    group.add_argument("--triton-model", env_var="LOADTEST_MODEL", default="yolo", help="ensemble to call")
+    group.add_argument("--triton-images", env_var="LOADTEST_IMAGES", default="",
+                       help="folder of encoded images (default: synthetic JPEG scenes)")
+    group.add_argument("--triton-sizes", env_var="LOADTEST_SIZES", default=DEFAULT_SIZES,
+                       help="synthetic image sizes, WIDTHxHEIGHT or vga/720p/1080p, comma-separated")
+    group.add_argument("--triton-images-per-size", env_var="LOADTEST_IMAGES_PER_SIZE", type=int, default=4)
+    group.add_argument("--triton-timeout", env_var="LOADTEST_TIMEOUT", type=float, default=30.0,
+                       help="per-request timeout in seconds")
+    group.add_argument("--triton-think-ms", env_var="LOADTEST_THINK_MS", type=float, default=0.0,
+                       help="wait between a user's requests (0: closed loop, users = concurrency)")
+    group.add_argument("--triton-sla-p95-ms", env_var="LOADTEST_SLA_P95_MS", type=float, default=None,
+                       help="exit non-zero if the p95 latency exceeds this")
+    group.add_argument("--triton-max-fail-ratio", env_var="LOADTEST_MAX_FAIL_RATIO", type=float, default=None,
+                       help="exit non-zero if the failure ratio exceeds this")
+    group.add_argument("--triton-runinfo", env_var="LOADTEST_RUNINFO", default="",
+                       help="write run facts (users, CPU warnings, totals) as JSON here when Locust quits")
+
+
+@dataclass(frozen=True)
+class UserSettings:
+    model: str
+    images: Path | None
+    sizes: str
+    images_per_size: int
+    timeout_s: float
+    think_s: float
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace | None) -> UserSettings:
+        def get(name: str, env: str, default: Any) -> Any:
+            value = getattr(options, name, None) if options is not None else None
+            return value if value not in (None, "") else os.environ.get(env, default)
+
+        images = get("triton_images", "LOADTEST_IMAGES", "")
+        return cls(
+            model=str(get("triton_model", "LOADTEST_MODEL", "yolo")),
+            images=Path(images) if images else None,
+            sizes=str(get("triton_sizes", "LOADTEST_SIZES", DEFAULT_SIZES)),
+            images_per_size=int(get("triton_images_per_size", "LOADTEST_IMAGES_PER_SIZE", 4)),
+            timeout_s=float(get("triton_timeout", "LOADTEST_TIMEOUT", 30.0)),
+            think_s=float(get("triton_think_ms", "LOADTEST_THINK_MS", 0.0)) / 1000.0,
+        )
+
+
+_CORPORA: dict[tuple[Path | None, str, int], list[bytes]] = {}
+
+
+def corpus_for(settings: UserSettings) -> list[bytes]:
+    """One corpus per process, shared by all its users (encoding scenes is not free)."""
+    key = (settings.images, settings.sizes, settings.images_per_size)
+    if key not in _CORPORA:
+        _CORPORA[key] = build_corpus(settings.images, settings.sizes, settings.images_per_size)
+    return _CORPORA[key]
+
+
+def _address(host: str | None, protocol: str) -> str:
+    if not host:
+        raise InferenceFailed("no Triton URL: pass --host HOST:PORT to Locust")
+    return address_of(host, protocol)
+
+
+class TritonUser(User):
+    """One camera-like client: sends encoded images to the ensemble back to back and reports each call."""
+
+    abstract = True
+    protocol: ClassVar[str] = ""
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self.settings = UserSettings.from_options(environment.parsed_options)
+        self.images = corpus_for(self.settings)
+        self._cursor = random.randrange(len(self.images))  # users start at different images
+        self._requests: list[Any] = []
+
+    def wait_time(self) -> float:
+        return self.settings.think_s
+
+    def on_start(self) -> None:
+        self.connect()
+        self._requests = [self.prepare(image) for image in self.images]
+
+    def connect(self) -> None:
+        raise NotImplementedError
+
+    def prepare(self, image: bytes) -> Any:
+        """Build the request for one image once, so serialisation is not timed on every call."""
+        raise NotImplementedError
+
+    def send(self, request: Any) -> int:
+        """Send one prepared request; return the number of bytes received; raise on any failure."""
+        raise NotImplementedError
+
+    @task
+    def detect(self) -> None:
+        request = self._requests[self._cursor]
+        self._cursor = (self._cursor + 1) % len(self._requests)
+        start_time = time.time()
+        start = time.perf_counter()
+        received, error = 0, None
+        try:
+            received = self.send(request)
+        except Exception as exc:  # noqa: BLE001 -- every failure is a data point for Locust, not a crash
+            error = exc
+        self.environment.events.request.fire(
+            request_type=self.protocol,
+            name=self.settings.model,
+            response_time=(time.perf_counter() - start) * 1000.0,
+            response_length=received,
+            response=None,
+            context={},
+            exception=error,
+            start_time=start_time,
+            url=self.host,
+        )
+
+
+def _check_result(result: Any, max_detections: int | None = None) -> None:
+    count = result.as_numpy("num_detections")
+    if count is None or count.size != 1:
+        raise InferenceFailed("response carries no num_detections output")
+    if int(count.reshape(-1)[0]) < 0 or (max_detections is not None and int(count.reshape(-1)[0]) > max_detections):
+        raise InferenceFailed(f"num_detections {int(count.reshape(-1)[0])} out of range")
+
+
+class TritonGrpcUser(TritonUser):
+    """tritonclient.grpc on a gevent-friendly channel (one channel per user)."""
+
+    abstract = True
+    protocol = "grpc"
+
+    def connect(self) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self._grpc = grpcclient
+        self.client = grpcclient.InferenceServerClient(_address(self.host, "grpc"))
+        self._outputs = [grpcclient.InferRequestedOutput(name) for name in OUTPUT_NAMES]
+
+    def prepare(self, image: bytes) -> Any:
+        import numpy as np
+
+        tensor = self._grpc.InferInput(INPUT_NAME, [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[image]], dtype=np.object_))
+        return tensor
+
+    def send(self, request: Any) -> int:
+        result = self.client.infer(
+            self.settings.model, [request], outputs=self._outputs, client_timeout=self.settings.timeout_s
+        )
+        _check_result(result)
+        return int(result.get_response().ByteSize())
+
+    def on_stop(self) -> None:
+        self.client.close()
+
+
+class TritonHttpUser(TritonUser):
+    """tritonclient.http's public request/response codec on a geventhttpclient connection.
+
+    ``generate_request_body`` and ``InferResult.from_response_body`` are tritonclient's documented hooks for
+    custom transports; owning the connection lets the user report the exact bytes received.
+    """
+
+    abstract = True
+    protocol = "http"
+
+    def connect(self) -> None:
+        import tritonclient.http as httpclient
+        from geventhttpclient import HTTPClient
+
+        self._http = httpclient
+        address = _address(self.host, "http")
+        host_port, _, path = address.partition("/")
+        host, _, port = host_port.rpartition(":")
+        self._prefix = f"/{path}" if path else ""
+        self.client = HTTPClient(
+            host.strip("[]"), int(port), connection_timeout=self.settings.timeout_s,
+            network_timeout=self.settings.timeout_s, concurrency=1,
+        )
+
+    def prepare(self, image: bytes) -> Any:
+        import numpy as np
+
+        tensor = self._http.InferInput(INPUT_NAME, [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[image]], dtype=np.object_), binary_data=True)
+        outputs = [self._http.InferRequestedOutput(name, binary_data=True) for name in OUTPUT_NAMES]
+        body, json_size = self._http.InferenceServerClient.generate_request_body([tensor], outputs=outputs)
+        headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
+        return body, headers
+
+    def send(self, request: Any) -> int:
+        body, headers = request
+        response = self.client.post(f"{self._prefix}/v2/models/{self.settings.model}/infer", body=body, headers=headers)
+        data = response.read()
+        if response.status_code != 200:
+            try:
+                message = json.loads(data).get("error", "")
+            except ValueError:
+                message = data[:200].decode("utf-8", "replace")
+            raise InferenceFailed(f"HTTP {response.status_code}: {message}")
+        header_length = response.get("Inference-Header-Content-Length")
+        result = self._http.InferResult.from_response_body(
+            data, header_length=int(header_length) if header_length else None
+        )
+        _check_result(result)
+        return len(data)
+
+    def on_stop(self) -> None:
+        self.client.close()
+
+
+def quitting_report(environment: Environment, max_users: int) -> dict[str, Any]:
+    """Apply the SLA/failure thresholds (setting Locust's exit code) and collect the run's facts."""
+    from locust.runners import MasterRunner, WorkerRunner
+
+    runner = environment.runner
+    info: dict[str, Any] = {"runner": type(runner).__name__, "max_users": max_users}
+    if isinstance(runner, WorkerRunner):
+        return info
+    total = environment.stats.total
+    options = environment.parsed_options
+    sla = getattr(options, "triton_sla_p95_ms", None)
+    max_fail = getattr(options, "triton_max_fail_ratio", None)
+    p95 = total.get_response_time_percentile(0.95) if total.num_requests - total.num_failures > 0 else None
+    reasons = threshold_breaches(p95, total.fail_ratio, total.num_requests, sla, max_fail)
+    if sla is not None or max_fail is not None:
+        environment.process_exit_code = 2 if reasons else 0
+    ok = total.num_requests - total.num_failures > 0
+
+    def pct(q: float) -> float | None:
+        return float(total.get_response_time_percentile(q)) if ok else None
+
+    info.update(
+        requests=total.num_requests,
+        failures=total.num_failures,
+        p50_ms=pct(0.50),
+        p90_ms=pct(0.90),
+        p95_ms=p95,
+        p99_ms=pct(0.99),
+        avg_ms=round(total.avg_response_time, 2) if ok else None,
+        min_ms=round(total.min_response_time, 2) if ok and total.min_response_time is not None else None,
+        max_ms=round(total.max_response_time, 2) if ok else None,
+        avg_response_bytes=round(total.avg_content_length, 1) if ok else None,
+        elapsed_s=round(max(total.last_request_timestamp - total.start_time, 0.0), 3)
+        if total.last_request_timestamp
+        else 0.0,
+        breaches=reasons,
+        cpu_warning=bool(getattr(runner, "cpu_warning_emitted", False)),
+        worker_cpu_warning=bool(getattr(runner, "worker_cpu_warning_emitted", False)),
+        workers=len(runner.clients) if isinstance(runner, MasterRunner) else 0,
+    )
+    return info
