@@ -1,0 +1,135 @@
+"""deploy/k8s: kubernetes-validate strict schemas, our ServiceMonitor schema, and the policy rules."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy import sizing
+from deploy.policy import k8s_violations
+from deploy.render import HPA_METRIC_NAME, K8S_RESOURCE_FILES
+from deploy.settings import Settings
+from deploy.validate import k8s_schema_errors, kustomization_errors
+
+from .conftest import find_doc
+
+Docs = list[tuple[str, dict[str, Any]]]
+
+
+def test_manifests_validate_strictly_for_the_target_kubernetes(k8s_docs: Docs, settings: Settings) -> None:
+    kinds = sorted(doc["kind"] for _, doc in k8s_docs)
+    assert kinds == sorted(["Namespace", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+                            "ServiceMonitor", "ConfigMap", "Service", "Job", "Job"])
+    assert k8s_schema_errors(k8s_docs, settings.kubernetes_version) == []
+
+
+def test_strict_schema_catches_a_misspelt_field(k8s_docs: Docs, settings: Settings) -> None:
+    deployment = find_doc(k8s_docs, "Deployment", "triton")
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True
+    service = find_doc(k8s_docs, "Service", "triton")
+    service["spec"]["ports"][0]["port"] = "eight thousand"
+    problems = k8s_schema_errors(k8s_docs, settings.kubernetes_version)
+    assert any("readOnlyRootFileSystem" in p for p in problems)
+    assert any("Service/triton" in p and "port" in p for p in problems)
+
+
+def test_servicemonitor_crd_has_its_own_schema(k8s_docs: Docs, settings: Settings) -> None:
+    monitor = find_doc(k8s_docs, "ServiceMonitor", "triton")
+    monitor["spec"]["endpoints"][0]["intervall"] = "15s"
+    monitor["spec"]["endpoints"][0]["scheme"] = "ftp"
+    problems = k8s_schema_errors([("servicemonitor.yaml", monitor)], settings.kubernetes_version)
+    assert any("intervall" in p for p in problems) and any("ftp" in p for p in problems)
+
+
+def test_an_unknown_kind_is_not_silently_skipped(settings: Settings) -> None:
+    doc = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    assert any("no schema" in p for p in k8s_schema_errors([("w.yaml", doc)], settings.kubernetes_version))
+
+
+def test_kustomization_lists_every_resource_but_not_the_load_test(rendered_dir: Path) -> None:
+    k8s = rendered_dir / "k8s"
+    assert kustomization_errors(k8s, K8S_RESOURCE_FILES) == []
+    resources = yaml.safe_load((k8s / "kustomization.yaml").read_text())["resources"]
+    assert "locust.yaml" not in resources and "deployment.yaml" in resources
+    (k8s / "pdb.yaml").rename(k8s / "pdb.moved")
+    try:
+        assert any("missing files: pdb.yaml" in p for p in kustomization_errors(k8s, K8S_RESOURCE_FILES))
+    finally:
+        (k8s / "pdb.moved").rename(k8s / "pdb.yaml")
+
+
+def test_default_manifests_follow_every_rule(k8s_docs: Docs, settings: Settings) -> None:
+    assert k8s_violations(k8s_docs, settings) == []
+
+
+def test_deployment_gpu_probes_shm_and_token(k8s_docs: Docs, settings: Settings) -> None:
+    pod = find_doc(k8s_docs, "Deployment", "triton")["spec"]["template"]["spec"]
+    (main,) = pod["containers"]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert main["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert main["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    ready = main["readinessProbe"]["exec"]["command"]
+    assert set(ready[ready.index("--models") + 1].split(",")) == set(settings.composing_models)
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]
+    assert shm == {"medium": "Memory", "sizeLimit": f"{sizing.shm_size_bytes(settings) // sizing.MIB}Mi"}
+    assert main["resources"]["limits"]["memory"] == f"{sizing.pod_memory_limit_mib(settings)}Mi"
+    assert any("$(TRITON_ADMIN_TOKEN)" in a for a in main["args"])
+    (init,) = pod["initContainers"]
+    assert init["args"] == ["tensorrt"] and init["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_hpa_scales_on_the_metric_the_adapter_serves(k8s_docs: Docs, settings: Settings) -> None:
+    hpa = find_doc(k8s_docs, "HorizontalPodAutoscaler", "triton")
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["pods"]["metric"]["name"] == HPA_METRIC_NAME
+    assert hpa["spec"]["minReplicas"] >= 2
+    rules = yaml.safe_load(find_doc(k8s_docs, "ConfigMap", "prometheus-adapter-triton-rules")["data"]["config.yaml"])
+    (rule,) = rules["rules"]
+    assert rule["name"]["as"] == HPA_METRIC_NAME
+    assert "nv_inference_queue_duration_us" in rule["metricsQuery"]
+    pdb = find_doc(k8s_docs, "PodDisruptionBudget", "triton")
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def _pod(docs: Docs, kind: str, name: str) -> dict[str, Any]:
+    return find_doc(docs, kind, name)["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["securityContext"].update(runAsNonRoot=False),
+         "runAsNonRoot"),
+        (lambda d: _pod(d, "Job", "locust-worker")["containers"][0]["securityContext"].update(
+            readOnlyRootFilesystem=False), "readOnlyRootFilesystem"),
+        (lambda d: _pod(d, "Deployment", "triton")["initContainers"][0]["securityContext"].update(
+            allowPrivilegeEscalation=True), "allowPrivilegeEscalation"),
+        (lambda d: _pod(d, "Job", "locust-master")["containers"][0]["securityContext"]["capabilities"].update(
+            add=["NET_ADMIN"]), "capabilities"),
+        (lambda d: _pod(d, "Deployment", "triton").update(hostNetwork=True), "host namespaces"),
+        (lambda d: _pod(d, "Deployment", "triton")["volumes"][1]["emptyDir"].update(sizeLimit="64Mi"), "/dev/shm"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["volumeMounts"][0].pop("readOnly"),
+         "/models must be mounted read-only"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0].pop("startupProbe"), "startupProbe"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu"),
+         "nvidia.com/gpu"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["args"].remove("--allow-sagemaker=false"),
+         "--allow-sagemaker=false"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["env"][0].update(value="plain", valueFrom={}),
+         "Secret"),
+        (lambda d: _pod(d, "Deployment", "triton").pop("initContainers"), "initContainer"),
+        (lambda d: find_doc(d, "HorizontalPodAutoscaler", "triton")["spec"]["metrics"][0]["pods"]["metric"].update(
+            name="cpu_typo"), "served by no adapter rule"),
+        (lambda d: find_doc(d, "Namespace", "yolo-serving")["metadata"]["labels"].pop(
+            "pod-security.kubernetes.io/enforce"), "restricted"),
+    ],
+)
+def test_each_k8s_rule_catches_its_regression(k8s_docs: Docs, settings: Settings, mutate: Any, expected: str) -> None:
+    broken = copy.deepcopy(k8s_docs)
+    mutate(broken)
+    problems = k8s_violations(broken, settings)
+    assert any(expected in p for p in problems), problems

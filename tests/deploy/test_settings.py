@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deploy.errors import SettingsError
+from deploy.settings import ADMIN_API_GROUPS, Settings, apply_overrides, load_settings, release_tuple
+
+
+def test_default_release_is_at_or_above_the_security_fixes_and_the_ready_fix() -> None:
+    settings = Settings()
+    assert release_tuple(settings.triton_release) >= (25, 7)
+    assert settings.stub_aware_ready
+    assert settings.tensorrt_base_image.endswith(f":{settings.triton_release}-py3")
+
+
+@pytest.mark.parametrize("release", ["25.06", "24.12", "23.05"])
+def test_releases_before_the_2025_fixes_are_refused(release: str) -> None:
+    with pytest.raises(SettingsError, match="security fixes"):
+        Settings(triton_release=release)
+
+
+@pytest.mark.parametrize("release", ["26", "2026.08", "26.13", "v26.08"])
+def test_malformed_release_tags_are_refused(release: str) -> None:
+    with pytest.raises(SettingsError):
+        Settings(triton_release=release)
+
+
+def test_model_names_follow_the_generator_contract() -> None:
+    settings = Settings(model_name="det")
+    assert settings.composing_models == ("det_preprocess", "det_detector", "det_nms")
+    assert settings.all_models == ("det", "det_preprocess", "det_detector", "det_nms")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"grpc_port": 8000}, "distinct"),
+        ({"http_port": 80}, "unprivileged"),
+        ({"bind_address": "localhost"}, "not an IP"),
+        ({"model_name": "Yolo-v8"}, "model_name"),
+        ({"hpa_min_replicas": 1, "replicas": 1}, "PodDisruptionBudget"),
+        ({"run_as_uid": 0}, "non-root"),
+        ({"input_size": 650}, "multiple of 32"),
+        ({"detector_onnx": "../outside.onnx"}, "inside the repository"),
+        ({"precision": "bf16"}, "precision"),
+    ],
+)
+def test_unsafe_or_inconsistent_settings_are_refused(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        apply_overrides(Settings(), overrides)
+
+
+def test_unknown_keys_are_an_error_not_a_warning() -> None:
+    with pytest.raises(SettingsError, match="unknown setting"):
+        apply_overrides(Settings(), {"max_batch_size": 4})
+
+
+def test_restricted_groups_are_not_a_setting() -> None:
+    assert Settings().restricted_api_groups == ADMIN_API_GROUPS
+    with pytest.raises(SettingsError, match="unknown setting"):
+        apply_overrides(Settings(), {"restricted_api_groups": "model-repository"})
+
+
+def test_yaml_then_set_flags_last_wins(tmp_path: Path) -> None:
+    config = tmp_path / "settings.yaml"
+    # YAML reads 26.10 as the float 26.1: the month must survive.
+    config.write_text("triton_release: 26.10\nmax_batch: 4\nnamespace: vision\n")
+    settings = load_settings(config, ["max_batch=16", "bind_address=127.0.0.2"])
+    assert settings.triton_release == "26.10"
+    assert settings.max_batch == 16
+    assert settings.namespace == "vision"
+    assert settings.bind_address == "127.0.0.2"
+
+
+@pytest.mark.parametrize("item", ["max_batch", "=4", "max_batch=four"])
+def test_bad_set_flags_are_refused(item: str) -> None:
+    with pytest.raises(SettingsError):
+        load_settings(None, [item])
+
+
+def test_settings_file_must_be_a_mapping(tmp_path: Path) -> None:
+    config = tmp_path / "settings.yaml"
+    config.write_text("- max_batch\n")
+    with pytest.raises(SettingsError, match="mapping"):
+        load_settings(config)
