@@ -39,8 +39,11 @@ def write_repository(output: Path, files: Mapping[str, bytes], force: bool = Fal
         parts = Path(relative).parts
         if Path(relative).is_absolute() or ".." in parts or not parts:
             raise RepositoryWriteError(f"refusing to write outside the repository: {relative!r}")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
+    except OSError as exc:
+        raise RepositoryWriteError(f"cannot write {output}: {exc}") from exc
     backup = output.parent / f".{output.name}.previous"
     try:
         for relative, content in files.items():
@@ -56,10 +59,12 @@ def write_repository(output: Path, files: Mapping[str, bytes], force: bool = Fal
         if output.exists():
             output.rename(backup)
         staging.rename(output)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if backup.exists() and not output.exists():
             backup.rename(output)
+        if isinstance(exc, OSError):  # a user-fixable problem (permissions, disk full, a file in the way)
+            raise RepositoryWriteError(f"cannot write {output}: {exc}") from exc
         raise
     if backup.exists():
         shutil.rmtree(backup) if backup.is_dir() else backup.unlink()
