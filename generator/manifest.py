@@ -118,8 +118,7 @@ class Manifest:
                 "calibration": {"method": self.calibration_method, "digest": self.calibration_digest},
                 "profiles": [p.to_json() for p in self.profiles],
                 "validation_skipped": self.validation_skipped,
-                "validation": self.validation
-                or ("skipped (--no-validate)" if self.validation_skipped else "not recorded"),
+                "validation": self.validation,
                 "tensorrt": self.plan.to_json() if self.plan is not None else None,
                 "files": dict(sorted(self.files.items())),
             }
