@@ -52,20 +52,20 @@ def _rotated(points: np.ndarray, angle: float, center: float) -> np.ndarray:
 
 def _fill(mask: np.ndarray, points: np.ndarray) -> None:
     # Sub-pixel (shift=4) coordinates keep small rotated shapes accurate.
-    cv2.fillPoly(mask, [np.round(points * 16).astype(np.int32)], 1, lineType=cv2.LINE_8, shift=4)
+    cv2.fillPoly(mask, [np.round(points * 16).astype(np.int32)], (1,), lineType=cv2.LINE_8, shift=4)
 
 
 def _draw_circle(mask: np.ndarray, rng: np.random.Generator) -> None:
     r = mask.shape[0] / 2
-    cv2.circle(mask, (round(r * 16), round(r * 16)), round((r - 0.5) * 16), 1, -1, cv2.LINE_8, shift=4)
+    cv2.circle(mask, (round(r * 16), round(r * 16)), round((r - 0.5) * 16), (1,), -1, cv2.LINE_8, shift=4)
 
 
 def _draw_ring(mask: np.ndarray, rng: np.random.Generator) -> None:
     r = mask.shape[0] / 2
     center = (round(r * 16), round(r * 16))
-    cv2.circle(mask, center, round((r - 0.5) * 16), 1, -1, cv2.LINE_8, shift=4)
+    cv2.circle(mask, center, round((r - 0.5) * 16), (1,), -1, cv2.LINE_8, shift=4)
     inner = (r - 0.5) * rng.uniform(0.45, 0.65)
-    cv2.circle(mask, center, round(inner * 16), 0, -1, cv2.LINE_8, shift=4)
+    cv2.circle(mask, center, round(inner * 16), (0,), -1, cv2.LINE_8, shift=4)
 
 
 def _draw_square(mask: np.ndarray, rng: np.random.Generator) -> None:
@@ -190,8 +190,8 @@ def _clutter(rng: np.random.Generator, img: np.ndarray) -> None:
                 cv2.circle(img, c, int(rng.integers(1, max(2, side // 120))), color, -1, cv2.LINE_AA)
         else:
             # An irregular, blurred blotch: no crisp outline, so it never reads as a class shape.
-            c = rng.uniform((0, 0), (width, height))
-            pts = (c + rng.normal(0, side * 0.05, size=(8, 2))).astype(np.int32)
+            centre = rng.uniform((0, 0), (width, height))
+            pts = (centre + rng.normal(0, side * 0.05, size=(8, 2))).astype(np.int32)
             k = max(3, (side // 30) | 1)
             x, y, w, h = cv2.boundingRect(cv2.convexHull(pts))
             x0, y0 = max(0, x - k), max(0, y - k)
