@@ -149,6 +149,8 @@ def context(settings: Settings) -> dict[str, Any]:
         "hpa_metric_name": HPA_METRIC_NAME,
         "adapter_metrics_query": adapter_metrics_query(settings),
         "locust_host": locust_host(settings, "triton"),
+        # User classes defined in loadtest/locustfile.py.
+        "locust_user_class": "GrpcDetectionUser" if settings.locust_protocol == "grpc" else "HttpDetectionUser",
         "locust_host_k8s": locust_host(settings, f"triton.{settings.namespace}.svc"),
         "dashboard_json": json.dumps(build_dashboard(settings), indent=2, sort_keys=False),
         "tojson": json.dumps,

@@ -198,3 +198,18 @@ def test_committed_env_must_not_carry_secrets_or_a_public_bind(compose: dict[str
     assert any("BIND_ADDRESS" in p for p in problems)
     old = compose_violations(compose, {**env, "TRITON_RELEASE": "24.08"}, settings)
     assert any("older than 25.07" in p for p in old)
+
+
+def test_locust_runs_a_user_class_the_project_locustfile_defines(compose: dict[str, Any],
+                                                                rendered_dir: Path) -> None:
+    import ast
+
+    locustfile = Path(__file__).resolve().parents[2] / "loadtest" / "locustfile.py"
+    classes = {n.name for n in ast.walk(ast.parse(locustfile.read_text())) if isinstance(n, ast.ClassDef)}
+    dockerfile = (rendered_dir / "docker/loadtest.Dockerfile").read_text()
+    assert 'ENTRYPOINT ["locust", "-f", "loadtest/locustfile.py"]' in dockerfile
+    for name in ("locust-master", "locust-worker"):
+        command = compose["services"][name]["command"]
+        assert command[0] in classes, f"{command[0]} not in {sorted(classes)}"
+    assert "--host=grpc://triton:8001" in compose["services"]["locust-master"]["command"]
+    assert compose["services"]["locust-worker"]["deploy"]["replicas"] == 2
