@@ -1,0 +1,193 @@
+"""Drive NVIDIA's ``perf_analyzer`` with real images and read its CSV into the common result shape.
+
+The tritonclient 2.51 wheel installs the binary next to the Python interpreter; it links against Debian's
+``libb64-0d`` and the CUDA runtime (``libcudart.so.12``, which the PyPI package
+``nvidia-cuda-runtime-cu12`` provides without a GPU). When either is missing this module says exactly
+which and how to install it, instead of letting the loader print a cryptic error.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import LoadTestError, RunError, ToolMissingError
+from .report import LatencyPoint
+
+LIBRARY_HINTS = {
+    "libb64.so.0d": "Debian package libb64-0d (apt-get install -y libb64-0d)",
+    "libcudart.so.12": "PyPI package nvidia-cuda-runtime-cu12 (pip install nvidia-cuda-runtime-cu12; "
+    "its lib folder is put on LD_LIBRARY_PATH automatically)",
+}
+
+
+def locate_binary(explicit: Path | None = None) -> Path:
+    """The perf_analyzer to use: ``explicit``, else the one beside this Python, else the one on PATH."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ToolMissingError(f"perf_analyzer not found at {explicit}")
+        return explicit
+    beside = Path(sys.executable).parent / "perf_analyzer"
+    if beside.is_file():
+        return beside
+    found = shutil.which("perf_analyzer")
+    if found:
+        return Path(found)
+    raise ToolMissingError(
+        "perf_analyzer not found: it ships in the tritonclient wheel (pip install 'tritonclient[all]==2.51.0') "
+        "or pass --binary PATH"
+    )
+
+
+def cuda_runtime_dirs() -> list[str]:
+    """Library folders of the ``nvidia-cuda-runtime-cu12`` wheel, if it is installed."""
+    try:
+        import nvidia.cuda_runtime as cuda_runtime  # type: ignore[import-not-found]
+    except ImportError:
+        return []
+    return [str(Path(p) / "lib") for p in cuda_runtime.__path__ if (Path(p) / "lib").is_dir()]
+
+
+def runtime_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([*cuda_runtime_dirs(), *filter(None, [env.get("LD_LIBRARY_PATH")])])
+    return env
+
+
+def missing_libraries(binary: Path, env: dict[str, str]) -> list[str]:
+    """Shared libraries the dynamic loader cannot find for ``binary`` (via ``ldd``)."""
+    if shutil.which("ldd") is None:
+        return []
+    result = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, env=env, check=False)
+    return sorted({line.split("=>")[0].strip() for line in result.stdout.splitlines() if "not found" in line})
+
+
+def check_runnable(binary: Path) -> dict[str, str]:
+    """Return the environment to run ``binary`` in, or raise naming every missing library and its package."""
+    env = runtime_environment()
+    missing = missing_libraries(binary, env)
+    if missing:
+        details = "; ".join(f"{lib}: install the {LIBRARY_HINTS.get(lib, 'package that provides it')}" for lib in missing)
+        raise ToolMissingError(f"{binary} cannot run, missing shared libraries -- {details}")
+    return env
+
+
+@dataclass(frozen=True)
+class PerfAnalyzerRun:
+    url: str
+    protocol: str
+    model: str
+    input_data: Path
+    csv_path: Path
+    concurrency: tuple[int, int, int] = (1, 4, 1)  # start, end, step
+    measurement_interval_ms: int = 5000
+    stability_percentage: float = 10.0
+    max_trials: int = 10
+    percentile: int = 95
+    batch_size: int = 1
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        start, end, step = self.concurrency
+        if start < 1 or end < start or step < 1:
+            raise LoadTestError(f"bad concurrency range {start}:{end}:{step}: need 1 <= start <= end, step >= 1")
+
+
+def parse_concurrency(text: str) -> tuple[int, int, int]:
+    """``4`` -> (4, 4, 1); ``1:8`` -> (1, 8, 1); ``1:8:2`` -> (1, 8, 2)."""
+    parts = text.split(":")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        raise LoadTestError(f"bad concurrency {text!r}: use N, START:END or START:END:STEP") from None
+    if len(numbers) == 1:
+        return numbers[0], numbers[0], 1
+    if len(numbers) == 2:
+        return numbers[0], numbers[1], 1
+    if len(numbers) == 3:
+        return numbers[0], numbers[1], numbers[2]
+    raise LoadTestError(f"bad concurrency {text!r}: use N, START:END or START:END:STEP")
+
+
+def command(binary: Path, run: PerfAnalyzerRun) -> list[str]:
+    start, end, step = run.concurrency
+    return [
+        str(binary), "-m", run.model, "-u", run.url, "-i", run.protocol, "-b", str(run.batch_size),
+        "--input-data", str(run.input_data),
+        "--concurrency-range", f"{start}:{end}:{step}",
+        "--measurement-interval", str(run.measurement_interval_ms),
+        "-s", f"{run.stability_percentage:g}", "--max-trials", str(run.max_trials),
+        f"--percentile={run.percentile}", "-f", str(run.csv_path),
+        *run.extra_args,
+    ]
+
+
+_REQUEST_COUNT = re.compile(r"Request concurrency:\s*(\d+)\s*\n\s*Client:\s*\n\s*Request count:\s*(\d+)")
+_LATENCY_PARTS = ("Client Send", "Network+Server Send/Recv", "Server Queue", "Server Compute Input",
+                  "Server Compute Infer", "Server Compute Output", "Client Recv")
+
+
+def parse_csv(path: Path, stdout: str = "") -> tuple[list[LatencyPoint], dict[int, dict[str, float]]]:
+    """perf_analyzer's ``-f`` CSV -> points sorted by concurrency, plus its server-side breakdown (us).
+
+    The CSV has no request count; it is taken from perf_analyzer's text output when given.
+    """
+    counts = {int(c): int(n) for c, n in _REQUEST_COUNT.findall(stdout)}
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows or "Concurrency" not in rows[0]:
+        raise RunError(f"{path} is not a perf_analyzer concurrency CSV")
+    points: list[LatencyPoint] = []
+    breakdown: dict[int, dict[str, float]] = {}
+    for row in rows:
+        concurrency = int(row["Concurrency"])
+
+        def ms(column: str, r: dict[str, str] = row) -> float | None:
+            return round(float(r[column]) / 1000.0, 2) if r.get(column) not in (None, "") else None
+
+        avg_us = sum(float(row[c]) for c in _LATENCY_PARTS if row.get(c) not in (None, ""))
+        points.append(
+            LatencyPoint(
+                tool="perf_analyzer", concurrency=concurrency, requests=counts.get(concurrency, 0), failures=0,
+                throughput_rps=round(float(row["Inferences/Second"]), 3),
+                p50_ms=ms("p50 latency"), p90_ms=ms("p90 latency"), p95_ms=ms("p95 latency"),
+                p99_ms=ms("p99 latency"), avg_ms=round(avg_us / 1000.0, 2) if avg_us else None,
+            )
+        )
+        breakdown[concurrency] = {c: float(row[c]) for c in _LATENCY_PARTS if row.get(c) not in (None, "")}
+    points.sort(key=lambda p: p.concurrency)
+    return points, dict(sorted(breakdown.items()))
+
+
+def execute(binary: Path, run: PerfAnalyzerRun, log_path: Path, timeout_s: float | None = None) -> tuple[list[LatencyPoint], dict[int, dict[str, float]]]:
+    """Run perf_analyzer (after checking it can start) and parse its CSV; raise with its own words on failure."""
+    env = check_runnable(binary)
+    run.csv_path.unlink(missing_ok=True)
+    start, end, step = run.concurrency
+    levels = len(range(start, end + 1, step))
+    limit = timeout_s or levels * run.max_trials * (run.measurement_interval_ms / 1000.0 + 5) + 60
+    try:
+        result = subprocess.run(command(binary, run), capture_output=True, text=True, env=env, timeout=limit,
+                                check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise RunError(f"perf_analyzer did not finish within {limit:.0f} s") from exc
+    log_path.write_text(result.stdout + result.stderr)
+    if not run.csv_path.exists():
+        lines = [ln.strip() for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
+        why = next((ln for ln in reversed(lines) if "error" in ln.lower() or "failed" in ln.lower()), lines[-1] if lines else "")
+        hint = ""
+        if "stable" in why.lower():
+            hint = " (the machine is too noisy for the settings: raise --measurement-interval or --stability-percentage)"
+        raise RunError(f"perf_analyzer exited with code {result.returncode}: {why}{hint}; full output in {log_path}")
+    return parse_csv(run.csv_path, result.stdout)
+
+
+def summary_points(points: list[LatencyPoint]) -> list[dict[str, Any]]:
+    return [p.to_dict() for p in points]
