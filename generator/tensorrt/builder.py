@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,7 +48,6 @@ class BuildSpec:
     legacy_calibration_data: str | None = None
     legacy_calibration_cache: str | None = None
     verbose: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.profiles:
@@ -85,7 +84,6 @@ class BuildSpec:
             "legacy_calibration_data": self.legacy_calibration_data,
             "legacy_calibration_cache": self.legacy_calibration_cache,
             "verbose": self.verbose,
-            "extra": dict(self.extra),
         }
 
     @classmethod
