@@ -109,6 +109,22 @@ def test_class_names_survive_pbtxt_and_json_escaping() -> None:
     assert json.loads(models["yolo"].parameters["class_names"].string_value) == list(names)
 
 
+@pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
+@pytest.mark.parametrize("tensor", ['out"put', "a\\x41", "onnx::Concat_7", "model/head:0"])
+def test_onnx_tensor_names_reach_the_config_unchanged(target: str, tensor: str) -> None:
+    # ONNX allows any string as a tensor name; pbtxt escapes must not change it ("a\x41" is not "aA").
+    info = served()
+    info = DetectorInfo(**{**info.__dict__, "output": TensorInfo(tensor, TensorProto.FLOAT, ("batch", 6, 64)),
+                           "input": TensorInfo("in\\" + tensor, TensorProto.UINT8, ("batch", 64, 64, 3))})
+    models = configs(render_models(info, BuildOptions(target=target), {"nms": {"raw_output": tensor}}))
+    assert models["yolo_detector"].output[0].name == tensor
+    assert models["yolo_detector"].input[0].name == "in\\" + tensor
+    assert models["yolo_nms"].input[0].name == tensor
+    assert models["yolo_nms"].parameters["raw_output"].string_value == tensor
+    steps = models["yolo"].ensemble_scheduling.step
+    assert set(steps[1].input_map) == {"in\\" + tensor} and set(steps[1].output_map) == {tensor}
+
+
 def test_static_batch_one_on_onnxruntime_limits_the_ensemble() -> None:
     models = configs(render_models(served(static_batch=1), BuildOptions(target="onnxruntime", max_batch=8), EXTRA))
     assert models["yolo_detector"].max_batch_size == 1
