@@ -84,3 +84,18 @@ def test_monitoring_check_flags_unknown_metrics(rendered_dir: Path, tmp_path: Pa
         (copy / rel).write_text((rendered_dir / rel).read_text())
     (copy / "monitoring/grafana/dashboards/triton.json").write_text(json.dumps(board))
     assert any("nv_inference_requests_total" in p for p in monitoring_problems(copy, settings))
+
+
+def test_every_promql_query_parses(dashboard: dict[str, Any], settings: Settings) -> None:
+    """Dashboard panels and the autoscaler's adapter query are valid PromQL (Rust promql-parser)."""
+    promql = pytest.importorskip("promql_parser")
+    from deploy.render import adapter_metrics_query
+
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    # prometheus-adapter fills these template fields before sending the query.
+    adapter = adapter_metrics_query(settings).replace("<<.LabelMatchers>>", 'namespace="ns",pod=~"a|b"')
+    exprs.append(adapter.replace("<<.GroupBy>>", "pod"))
+    for expr in exprs:
+        promql.parse(expr)
+    with pytest.raises(ValueError):
+        promql.parse(exprs[0].replace(")", "", 1))
