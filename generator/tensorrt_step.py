@@ -27,7 +27,7 @@ class TensorRTOptions:
     hardware_compatibility: str = "none"  # or "ampere_plus"
     version_compatible: bool = False
     cuda_graphs: bool = False
-    triton_image: str = "nvcr.io/nvidia/tritonserver:25.10-py3"
+    triton_image: str = "nvcr.io/nvidia/tritonserver:26.08-py3"
     timeout_s: float = 3600.0
 
 

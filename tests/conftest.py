@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,9 +48,11 @@ class TritonTestServer:
 
 @pytest.fixture(scope="session")
 def demo_onnx() -> Path:
-    if not DEMO_ONNX.exists():
-        pytest.fail(f"the bundled demo detector is missing: {DEMO_ONNX}")
-    return DEMO_ONNX
+    # TDE_TEST_ONNX points the integration tests at another detector (e.g. your own export).
+    path = Path(os.environ.get("TDE_TEST_ONNX", DEMO_ONNX))
+    if not path.exists():
+        pytest.fail(f"the detector for the integration tests is missing: {path}")
+    return path
 
 
 @pytest.fixture(scope="session")

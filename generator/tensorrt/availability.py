@@ -18,8 +18,8 @@ from generator.tensorrt.errors import TensorRTUnavailableError
 
 INSTALL_HINT = (
     "run the build on a host with an NVIDIA GPU and driver, inside the NGC TensorRT container of the "
-    "same release as the Triton image that will serve the plan (e.g. nvcr.io/nvidia/tensorrt:25.08-py3 "
-    "for nvcr.io/nvidia/tritonserver:25.08-py3), or after `pip install tensorrt` "
+    "same release as the Triton image that will serve the plan (e.g. nvcr.io/nvidia/tensorrt:26.08-py3 "
+    "for nvcr.io/nvidia/tritonserver:26.08-py3), or after `pip install tensorrt` "
     "(NVIDIA's index: --extra-index-url https://pypi.nvidia.com) with a TensorRT matching that Triton release; "
     "without a GPU, use --target onnxruntime or --target embedded"
 )
