@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,10 +61,8 @@ class CpuMonitor:
 
     def start(self) -> CpuMonitor:
         for process in list(self._processes.values()):
-            try:
+            with contextlib.suppress(self._psutil.Error):
                 process.cpu_percent(None)  # the first call only sets the baseline
-            except self._psutil.Error:
-                pass
         self._psutil.cpu_percent(None)
         self._thread.start()
         return self

@@ -20,7 +20,7 @@ from locust.env import Environment
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from loadtest.users import TritonGrpcUser, TritonHttpUser, add_locust_arguments, quitting_report  # noqa: E402
+from loadtest.users import TritonGrpcUser, TritonHttpUser, add_locust_arguments, quitting_report
 
 events.init_command_line_parser.add_listener(add_locust_arguments)
 

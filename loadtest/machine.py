@@ -31,6 +31,7 @@ def machine_info() -> dict[str, Any]:
     import psutil
 
     memory = psutil.virtual_memory()
+    affinity: int | None
     try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:

@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ def locate_binary(explicit: Path | None = None) -> Path:
 def cuda_runtime_dirs() -> list[str]:
     """Library folders of the ``nvidia-cuda-runtime-cu12`` wheel, if it is installed."""
     try:
-        import nvidia.cuda_runtime as cuda_runtime  # type: ignore[import-not-found]
+        import nvidia.cuda_runtime as cuda_runtime
     except ImportError:
         return []
     return [str(Path(p) / "lib") for p in cuda_runtime.__path__ if (Path(p) / "lib").is_dir()]
@@ -92,6 +92,8 @@ class PerfAnalyzerRun:
     max_trials: int = 10
     percentile: int = 95
     batch_size: int = 1
+    request_count: int | None = None  # a fixed number of requests per level instead of stability windows
+    timeout_hint_s: float = 5.0  # worst expected seconds per request, for the overall time limit
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -125,6 +127,7 @@ def command(binary: Path, run: PerfAnalyzerRun) -> list[str]:
         "--measurement-interval", str(run.measurement_interval_ms),
         "-s", f"{run.stability_percentage:g}", "--max-trials", str(run.max_trials),
         f"--percentile={run.percentile}", "-f", str(run.csv_path),
+        *(["--request-count", str(run.request_count)] if run.request_count else []),
         *run.extra_args,
     ]
 
@@ -166,27 +169,72 @@ def parse_csv(path: Path, stdout: str = "") -> tuple[list[LatencyPoint], dict[in
     return points, dict(sorted(breakdown.items()))
 
 
-def execute(binary: Path, run: PerfAnalyzerRun, log_path: Path, timeout_s: float | None = None) -> tuple[list[LatencyPoint], dict[int, dict[str, float]]]:
-    """Run perf_analyzer (after checking it can start) and parse its CSV; raise with its own words on failure."""
-    env = check_runnable(binary)
+def _run_once(binary: Path, run: PerfAnalyzerRun, env: dict[str, str], log_path: Path,
+              limit: float) -> tuple[list[LatencyPoint], dict[int, dict[str, float]]]:
+    run.csv_path.parent.mkdir(parents=True, exist_ok=True)
     run.csv_path.unlink(missing_ok=True)
-    start, end, step = run.concurrency
-    levels = len(range(start, end + 1, step))
-    limit = timeout_s or levels * run.max_trials * (run.measurement_interval_ms / 1000.0 + 5) + 60
     try:
         result = subprocess.run(command(binary, run), capture_output=True, text=True, env=env, timeout=limit,
                                 check=False)
     except subprocess.TimeoutExpired as exc:
         raise RunError(f"perf_analyzer did not finish within {limit:.0f} s") from exc
-    log_path.write_text(result.stdout + result.stderr)
+    output = result.stdout + result.stderr
+    with log_path.open("a") as log:
+        log.write(output)
     if not run.csv_path.exists():
-        lines = [ln.strip() for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
-        why = next((ln for ln in reversed(lines) if "error" in ln.lower() or "failed" in ln.lower()), lines[-1] if lines else "")
+        lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+        why = next((ln for ln in lines if ln.lower().startswith(("error", "failed"))), None)
+        why = why or next((ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()), lines[-1] if lines else "")
         hint = ""
         if "stable" in why.lower():
-            hint = " (the machine is too noisy for the settings: raise --measurement-interval or --stability-percentage)"
+            hint = (" (the machine is too noisy for these settings: raise --measurement-interval or "
+                    "--stability-percentage, or measure a fixed --request-count)")
         raise RunError(f"perf_analyzer exited with code {result.returncode}: {why}{hint}; full output in {log_path}")
     return parse_csv(run.csv_path, result.stdout)
+
+
+def execute(binary: Path, run: PerfAnalyzerRun, log_path: Path,
+            timeout_s: float | None = None) -> tuple[list[LatencyPoint], dict[int, dict[str, float]]]:
+    """Run perf_analyzer (after checking it can start) and parse its CSV; raise with its own words on failure.
+
+    perf_analyzer refuses ``--request-count`` with a concurrency range, so a fixed-count sweep runs one
+    level at a time and the results are merged.
+    """
+    env = check_runnable(binary)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("")
+    start, end, step = run.concurrency
+    levels = list(range(start, end + 1, step))
+    limit = timeout_s or len(levels) * run.max_trials * (run.measurement_interval_ms / 1000.0 + 5) + 60
+    if not run.request_count or len(levels) == 1:
+        if run.request_count:
+            limit = max(limit, run.request_count * run.timeout_hint_s + 60)
+        return _run_once(binary, run, env, log_path, limit)
+    points: list[LatencyPoint] = []
+    breakdown: dict[int, dict[str, float]] = {}
+    for level in levels:
+        single = replace(run, concurrency=(level, level, 1))
+        level_points, level_breakdown = _run_once(binary, single, env, log_path,
+                                                  max(limit, run.request_count * run.timeout_hint_s + 60))
+        points += level_points
+        breakdown.update(level_breakdown)
+    _write_points_csv(run.csv_path, run.csv_path.with_name(run.csv_path.stem + ".merged.csv"), points, breakdown)
+    return points, breakdown
+
+
+def _write_points_csv(csv_path: Path, merged: Path, points: list[LatencyPoint],
+                      breakdown: dict[int, dict[str, float]]) -> None:
+    """Keep one CSV covering every level (the last single-level run overwrote ``csv_path``)."""
+    columns = ["Concurrency", "Inferences/Second", *_LATENCY_PARTS, "p50 latency", "p90 latency", "p95 latency",
+               "p99 latency"]
+    with merged.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        for p in points:
+            us = [None if v is None else round(v * 1000) for v in (p.p50_ms, p.p90_ms, p.p95_ms, p.p99_ms)]
+            writer.writerow([p.concurrency, p.throughput_rps,
+                             *(breakdown.get(p.concurrency, {}).get(c, "") for c in _LATENCY_PARTS), *us])
+    merged.replace(csv_path)
 
 
 def summary_points(points: list[LatencyPoint]) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ def _number(text: str) -> float | None:
         return None  # Locust writes "N/A" before the first response
 
 
-def read_history(path: Path) -> dict[str, list[float | None]]:
+def read_history(path: Path) -> dict[str, list[float | None]]:  # None: no value yet
     """The aggregated rows of a stats history file as columns: t (s from start), users, rps, p50, p95.
 
     With ``--csv-full-history`` Locust writes the percentiles of its current window (the last 10 s), not the
@@ -47,15 +47,17 @@ def plot_history(history_csv: Path, output_png: Path, title: str) -> Path:
     if not data["t"]:
         raise RunError(f"{history_csv} has no aggregated rows to plot")
     fig, latency_axis = plt.subplots(figsize=(9, 4.5), dpi=100)
-    nan = float("nan")
-    t = data["t"]
-    latency_axis.plot(t, [nan if v is None else v for v in data["p50"]], label="p50 latency (last 10 s)", color="tab:blue")
-    latency_axis.plot(t, [nan if v is None else v for v in data["p95"]], label="p95 latency (last 10 s)", color="tab:red")
+    def series(name: str) -> list[float]:
+        return [float("nan") if v is None else v for v in data[name]]
+
+    t = series("t")
+    latency_axis.plot(t, series("p50"), label="p50 latency (last 10 s)", color="tab:blue")
+    latency_axis.plot(t, series("p95"), label="p95 latency (last 10 s)", color="tab:red")
     latency_axis.set_xlabel("time since start (s)")
     latency_axis.set_ylabel("latency (ms)")
     latency_axis.set_ylim(bottom=0)
     rate_axis = latency_axis.twinx()
-    rate_axis.plot(t, [nan if v is None else v for v in data["rps"]], label="requests/s", color="tab:green",
+    rate_axis.plot(t, series("rps"), label="requests/s", color="tab:green",
                    linestyle="--")
     rate_axis.set_ylabel("throughput (requests/s)")
     rate_axis.set_ylim(bottom=0)

@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="windows must agree within this %% (perf_analyzer -s)")
     parser.add_argument("--max-trials", type=int, default=10, help="windows to try before giving up")
     parser.add_argument("--percentile", type=int, default=95, help="latency percentile used for stability")
+    parser.add_argument("--request-count", type=int, default=None,
+                        help="measure exactly this many requests per level instead of waiting for stability")
     parser.add_argument("--metrics-url", default=None, help="Triton metrics HOST:PORT (default: URL host, 8002)")
     parser.add_argument("--sla-p95-ms", type=float, default=None, help="exit 2 if any level's p95 exceeds this")
     parser.add_argument("--binary", type=Path, default=None, help="perf_analyzer to use (default: the venv's)")
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         url=address_of(args.url, args.protocol), protocol=args.protocol, model=args.model, input_data=inputs,
         csv_path=args.out / "perf_analyzer.csv", concurrency=parse_concurrency(args.concurrency),
         measurement_interval_ms=args.measurement_interval, stability_percentage=args.stability_percentage,
-        max_trials=args.max_trials, percentile=args.percentile,
+        max_trials=args.max_trials, percentile=args.percentile, request_count=args.request_count,
     )
     if args.inputs_only:
         binary = args.binary or Path("perf_analyzer")
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         "config": {
             "concurrency": list(config.concurrency), "measurement_interval_ms": config.measurement_interval_ms,
             "stability_percentage": config.stability_percentage, "max_trials": config.max_trials,
-            "percentile": config.percentile, "images": str(args.images) if args.images else None,
+            "percentile": config.percentile, "request_count": config.request_count, "images": str(args.images) if args.images else None,
             "sizes": None if args.images else args.sizes, "image_count": len(images),
         },
         "points": [p.to_dict() for p in points],

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from loadtest.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_the_subcommands():
+    result = subprocess.run([sys.executable, "-m", "loadtest", "--help"], capture_output=True, text=True, cwd=ROOT,
+                            check=False)
+    assert result.returncode == 0
+    for name in ("run", "perf-analyzer", "bench"):
+        assert name in result.stdout
+
+
+def test_user_errors_are_one_line_and_exit_1(capsys, tmp_path):
+    assert main(["run", "--url", "127.0.0.1:1", "--users", "0", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "--users" in err[0]
+    assert main(["bench", "--results-dir", str(tmp_path)]) == 1
+    assert "--repository" in capsys.readouterr().err
+
+
+def test_perf_analyzer_inputs_only_writes_json_and_prints_the_command(capsys, tmp_path):
+    code = main(["perf-analyzer", "--url", "127.0.0.1:8001", "--sizes", "64x48", "--images-per-size", "2",
+                 "--out", str(tmp_path), "--inputs-only"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "wrote 2 images" in out and f"--input-data {tmp_path / 'input_data.json'}" in out
+    assert (tmp_path / "input_data.json").stat().st_size > 0
