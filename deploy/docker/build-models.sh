@@ -23,6 +23,7 @@ python3 -m generator build \
   --name yolo \
   --precision "$precision" \
   --max-batch 8 \
+  --triton-image nvcr.io/nvidia/tritonserver:26.08-py3 \
   --max-detections 100 \
   --max-image-bytes 4194304 \
   --instances 2 1 2
