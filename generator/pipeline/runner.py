@@ -13,13 +13,16 @@ import numpy as np
 
 
 class OnnxRunner:
-    def __init__(self, path: str, intra_op_threads: int = 0, inter_op_threads: int = 1) -> None:
+    def __init__(self, path: str, intra_op_threads: int = 0, inter_op_threads: int = 1,
+                 spin_wait: bool = False) -> None:
         import onnxruntime as ort  # heavy; only the detector step needs it
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
         options.inter_op_num_threads = inter_op_threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Spinning worker threads burn the cores the preprocess and NMS steps need between batches.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
         self._session: Any = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         (model_input,) = self._session.get_inputs()
         self.input_name: str = model_input.name
