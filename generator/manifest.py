@@ -24,6 +24,8 @@ MANIFEST_NAME = "manifest.json"
 # Written by the Python backend / Python itself while serving; not part of what was built.
 _RUNTIME_ARTIFACTS = ("__pycache__",)
 _RUNTIME_SUFFIXES = (".pyc",)
+# Reports about the build (rewritten by `generator validate`) and checkout files, not what is served.
+_UNHASHED_TOP_LEVEL = ("validation.json", "validation.md", ".gitignore", ".gitkeep")
 
 
 class ManifestError(GeneratorError):
@@ -202,7 +204,11 @@ def sha256_file(path: Path) -> str:
 
 def hash_files(files: Mapping[str, bytes]) -> dict[str, str]:
     """Hashes of in-memory repository files (for builds that write the repository at once)."""
-    return {path: sha256_bytes(content) for path, content in sorted(files.items()) if path != MANIFEST_NAME}
+    return {
+        path: sha256_bytes(content)
+        for path, content in sorted(files.items())
+        if path != MANIFEST_NAME and path not in _UNHASHED_TOP_LEVEL
+    }
 
 
 def hash_repository(repository: Path) -> dict[str, str]:
@@ -402,7 +408,7 @@ def _repository_files(repository: Path) -> Iterable[str]:
         if not path.is_file():
             continue
         rel = path.relative_to(repository)
-        if rel.as_posix() == MANIFEST_NAME or rel.name == f".{MANIFEST_NAME}.tmp":
+        if rel.as_posix() in (MANIFEST_NAME, *_UNHASHED_TOP_LEVEL) or rel.name == f".{MANIFEST_NAME}.tmp":
             continue
         if any(part in _RUNTIME_ARTIFACTS for part in rel.parts) or rel.suffix in _RUNTIME_SUFFIXES:
             continue

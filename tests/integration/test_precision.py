@@ -1,0 +1,128 @@
+"""FP16 and INT8 builds of the demo detector: the gate, serving on the embedded Triton, and ``check``.
+
+These build real precision graphs (INT8 calibrates through the serving preprocess), so they are the
+slowest tests of the suite; they run on the same machine a user has, no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.build import GateOptions, build_repository
+from generator.cli import main
+from generator.embedded_server import EmbeddedServer
+from generator.onnx_inspect import inspect_onnx
+from generator.precision_step import PrecisionOptions, make_precision_transform
+from generator.reference import ReferencePipeline
+from generator.spec import BuildOptions
+from generator.synthetic import encode, make_scene
+from tests.conftest import free_port
+from tests.integration.test_ensemble import assert_matches_reference, infer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PRECISIONS = ("fp16", "int8")
+
+
+@pytest.fixture(scope="module")
+def precision_repositories(tmp_path_factory, demo_onnx) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("precision")
+    repositories = {}
+    for precision in PRECISIONS:
+        repositories[precision] = root / precision
+        build_repository(
+            demo_onnx,
+            repositories[precision],
+            BuildOptions(name=f"yolo_{precision}", precision=precision, max_batch=4),
+            precision_transform=make_precision_transform(PrecisionOptions(calib_count=64)),
+            gate=GateOptions(count=48),
+        )
+    return repositories
+
+
+@pytest.fixture(scope="module")
+def precision_server(tmp_path_factory, precision_repositories):
+    log = tmp_path_factory.mktemp("precision_log") / "tritonserver.log"
+    fp16, int8 = precision_repositories["fp16"], precision_repositories["int8"]
+    server = EmbeddedServer(fp16, free_port(), free_port(), free_port(), log_file=log,
+                            extra_args=(f"--model-repository={int8}",))
+    with server:
+        yield server
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_build_passes_the_gate_at_the_documented_threshold(precision_repositories, precision) -> None:
+    repository = precision_repositories[precision]
+    report = json.loads((repository / "validation.json").read_text())
+    manifest = json.loads((repository / "manifest.json").read_text())
+    assert report["passed"] is True
+    assert report["max_drop_points"] == {"fp16": 0.5, "int8": 1.5}[precision]
+    assert report["label_source"] == "ground truth"
+    assert report["reference"]["map50"] > 0.5, "the FP32 demo must detect the control scenes"
+    assert manifest["precision"] == precision
+    assert manifest["validation"] == "accuracy gate passed"
+    if precision == "int8":
+        assert manifest["calibration"]["method"] == "minmax"
+        assert len(manifest["calibration"]["digest"]) == 64
+
+
+def test_int8_graph_carries_explicit_qdq(precision_repositories) -> None:
+    import onnx
+
+    model = onnx.load(str(precision_repositories["int8"] / "yolo_int8_detector" / "1" / "model.onnx"))
+    ops = {node.op_type for node in model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_precision_ensemble_serves_what_the_gate_measured(precision_server, precision_repositories, demo_onnx,
+                                                          precision) -> None:
+    served_graph = precision_repositories[precision] / f"yolo_{precision}_detector" / "1" / "model.onnx"
+    reference = ReferencePipeline(served_graph, info=inspect_onnx(demo_onnx))
+    images = [encode(make_scene(np.random.default_rng(40 + i), 1280, 720).image) for i in range(3)]
+    served = infer(precision_server, f"yolo_{precision}", images)
+    for index, expected in enumerate(reference.detect_many(images)):
+        assert len(expected.scores) > 0
+        assert_matches_reference(served, expected, index)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_gate_fails_when_threshold_is_below_the_measured_drop(precision_repositories, tmp_path, precision,
+                                                              capsys) -> None:
+    repository = tmp_path / precision
+    shutil.copytree(precision_repositories[precision], repository)
+    measured = json.loads((repository / "validation.json").read_text())["drop_points"]
+    code = main(["validate", "--model-repository", str(repository), "--count", "48",
+                 "--max-map-drop", f"{measured - 0.01:.4f}"])
+    assert code == 1
+    assert "accuracy gate FAILED" in capsys.readouterr().err
+    code = main(["validate", "--model-repository", str(repository), "--count", "48",
+                 "--max-map-drop", f"{measured + 0.01:.4f}"])
+    assert code == 0
+
+
+def test_check_accepts_the_build_and_detects_a_tampered_model(precision_repositories, tmp_path, capsys) -> None:
+    repository = tmp_path / "int8"
+    shutil.copytree(precision_repositories["int8"], repository)
+    assert main(["check", str(repository)]) == 0
+    model = repository / "yolo_int8_detector" / "1" / "model.onnx"
+    model.write_bytes(model.read_bytes() + b"\0")
+    assert main(["check", str(repository)]) == 1
+    assert "yolo_int8_detector/1/model.onnx" in capsys.readouterr().err
+
+
+def test_failed_gate_writes_nothing(demo_onnx, tmp_path) -> None:
+    output = tmp_path / "repo"
+    with pytest.raises(Exception, match="accuracy gate FAILED"):
+        build_repository(
+            demo_onnx, output, BuildOptions(name="yolo", precision="int8"),
+            precision_transform=make_precision_transform(PrecisionOptions(calib_count=16)),
+            gate=GateOptions(count=16, max_drop_points=-100.0),
+        )
+    assert not output.exists()
+    assert not list(tmp_path.glob(".repo.*"))
