@@ -19,6 +19,10 @@ _REDUCED_FLAGS = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMR
                   8: cv2.IMREAD_REDUCED_COLOR_8}
 
 
+# Real encoders write a few chunks to a few thousand (IDAT split every 8-64 KB); this bounds the walk.
+_PNG_MAX_CHUNKS = 100_000
+
+
 class ImageError(ValueError):
     """The encoded image is rejected; the message is safe to return to the client."""
 
@@ -76,9 +80,19 @@ def _png_header(data: bytes) -> ImageHeader:
     if len(data) < 33 or data[12:16] != b"IHDR":
         raise ImageError("corrupt PNG: missing IHDR")
     width, height = struct.unpack(">II", data[16:24])
-    if b"IEND" not in data[-32:]:
-        raise ImageError("truncated PNG: no IEND chunk")
-    return ImageHeader("png", width, height)
+    # Walk the chunks up to IEND: each must fit in the data. OpenCV allocates what a chunk declares
+    # before reading it, so a 7 KB PNG whose IDAT length says 2 GB costs 2 GB and a second to reject.
+    pos = 8
+    for _ in range(_PNG_MAX_CHUNKS):
+        if pos + 12 > len(data):
+            raise ImageError("truncated PNG: no IEND chunk")
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        if pos + 12 + length > len(data):
+            raise ImageError("truncated PNG: a chunk is longer than the remaining data")
+        if data[pos + 4 : pos + 8] == b"IEND":
+            return ImageHeader("png", width, height)
+        pos += 12 + length
+    raise ImageError(f"corrupt PNG: more than {_PNG_MAX_CHUNKS} chunks")
 
 
 def _bmp_header(data: bytes) -> ImageHeader:
