@@ -185,6 +185,57 @@ def test_truncated_png_is_rejected(fraction: float) -> None:
     assert_rejected_fast(data[: int(len(data) * fraction)], "truncated PNG")
 
 
+@pytest.mark.parametrize("declared", [0x7FFFFFFF, 0x40000000, 0xFFFFFFF0, 8000])
+def test_png_chunk_longer_than_the_file_is_rejected_fast(declared: int) -> None:
+    # A 7 KB PNG whose IDAT length field says 2 GB made cv2.imdecode allocate 2 GB and take a second.
+    data = encode(np.random.default_rng(0).integers(0, 256, (40, 60, 3), dtype=np.uint8), ".png")
+    assert data[37:41] == b"IDAT"
+    hostile = data[:33] + struct.pack(">I", declared) + data[37:]
+    assert_rejected_fast(hostile, "truncated PNG: a chunk is longer than the remaining data")
+
+
+def test_png_chunk_spam_is_bounded() -> None:
+    ihdr = png_chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0))
+    data = b"\x89PNG\r\n\x1a\n" + ihdr + png_chunk(b"tEXt", b"") * 100_001 + png_chunk(b"IEND", b"")
+    start = time.perf_counter()
+    with pytest.raises(ImageError, match="more than 100000 chunks"):
+        check_header(data, LIMITS)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_png_with_data_after_iend_is_accepted() -> None:
+    data = encode(gradient(20, 30), ".png") + b"trailing bytes some tools append"
+    assert decode_image(data)[0].shape == (20, 30, 3)
+
+
+@pytest.mark.parametrize(("ext", "params"), [(".jpg", []), (".png", []), (".bmp", []),
+                                             (".webp", [cv2.IMWRITE_WEBP_QUALITY, 80]), (".tiff", [])])
+def test_mutated_images_only_ever_raise_image_error_and_stay_fast(ext: str, params: list[int]) -> None:
+    rng = np.random.default_rng(len(ext))
+    data = encode(np.random.default_rng(0).integers(0, 256, (40, 60, 3), dtype=np.uint8), ext, params)
+    worst = 0.0
+    for _ in range(150):
+        mutated = bytearray(data)
+        kind = rng.integers(0, 3)
+        if kind == 0:
+            mutated = mutated[: rng.integers(1, len(data))]
+        elif kind == 1:
+            for _ in range(rng.integers(1, 8)):
+                mutated[rng.integers(0, len(data))] = rng.integers(0, 256)
+        else:  # overwrite 4 bytes among the headers: lengths, sizes, offsets
+            at = rng.integers(0, 64)
+            mutated[at : at + 4] = rng.integers(0, 256, 4, dtype=np.uint8).tobytes()
+        start = time.perf_counter()
+        try:
+            image, _ = decode_image(bytes(mutated), target=(64, 64))
+        except ImageError:
+            pass
+        else:
+            assert image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8
+        worst = max(worst, time.perf_counter() - start)
+    assert worst < 0.25
+
+
 @pytest.mark.parametrize("ext", [".bmp", ".webp"])
 def test_truncated_bmp_and_webp_are_rejected(ext: str) -> None:
     data = encode(np.random.default_rng(0).integers(0, 256, (100, 100, 3), dtype=np.uint8), ext)
