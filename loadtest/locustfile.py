@@ -38,6 +38,14 @@ class HttpDetectionUser(TritonHttpUser):
 
 
 _max_users = 0
+_workers = 0
+
+
+@events.test_start.add_listener
+def _started(environment: Environment, **_: Any) -> None:
+    global _workers
+    # Counted at the start: by the time the master quits its workers have already left.
+    _workers = len(getattr(environment.runner, "clients", {}) or {})
 
 
 @events.spawning_complete.add_listener
@@ -48,7 +56,7 @@ def _spawned(user_count: int, **_: Any) -> None:
 
 @events.quitting.add_listener
 def _quitting(environment: Environment, **_: Any) -> None:
-    info = quitting_report(environment, _max_users)
+    info = quitting_report(environment, _max_users, _workers)
     path = getattr(environment.parsed_options, "triton_runinfo", "")
     if path and info["runner"] != "WorkerRunner":
         Path(path).write_text(json.dumps(info, indent=2))

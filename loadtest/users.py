@@ -246,9 +246,9 @@ class TritonHttpUser(TritonUser):
         self.client.close()
 
 
-def quitting_report(environment: Environment, max_users: int) -> dict[str, Any]:
+def quitting_report(environment: Environment, max_users: int, workers: int = 0) -> dict[str, Any]:
     """Apply the SLA/failure thresholds (setting Locust's exit code) and collect the run's facts."""
-    from locust.runners import MasterRunner, WorkerRunner
+    from locust.runners import WorkerRunner
 
     runner = environment.runner
     info: dict[str, Any] = {"runner": type(runner).__name__, "max_users": max_users}
@@ -284,6 +284,6 @@ def quitting_report(environment: Environment, max_users: int) -> dict[str, Any]:
         breaches=reasons,
         cpu_warning=bool(getattr(runner, "cpu_warning_emitted", False)),
         worker_cpu_warning=bool(getattr(runner, "worker_cpu_warning_emitted", False)),
-        workers=len(runner.clients) if isinstance(runner, MasterRunner) else 0,
+        workers=workers,
     )
     return info
