@@ -17,6 +17,8 @@ from .letterbox import boxes_to_source
 LAYOUTS = ("v8", "v5", "end2end")
 # Candidates kept per image before NMS; bounds the work on images with thousands of weak boxes.
 MAX_CANDIDATES = 4096
+# Far beyond any network input (at most 8192 px); coordinates past it are garbage from a broken head.
+COORDINATE_LIMIT = 1e5
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ def nms(boxes: np.ndarray, scores: np.ndarray, groups: np.ndarray, iou_threshold
     """
     if len(boxes) == 0:
         return np.zeros(0, dtype=np.int64)
+    # Bound the coordinates: one absurd box (say 1e20) would make the group shift swamp the float64
+    # precision of every other group, and nothing in the whole batch would be suppressed.
+    boxes = np.clip(boxes, -COORDINATE_LIMIT, COORDINATE_LIMIT)
     span = float(np.abs(boxes).max()) * 2 + 1
     shifted = boxes + (groups.astype(np.float64) * span)[:, None]
     x1, y1, x2, y2 = shifted.T
