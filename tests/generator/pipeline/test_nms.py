@@ -272,3 +272,15 @@ def test_a_busy_image_does_not_starve_its_batch_neighbours() -> None:
         assert batched.num_detections[image, 0] == alone.num_detections[0, 0] > 0
         np.testing.assert_array_equal(batched.boxes[image], alone.boxes[0])
         np.testing.assert_array_equal(batched.scores[image], alone.scores[0])
+
+
+def test_an_absurd_box_does_not_disable_suppression_for_the_batch() -> None:
+    raw = np.zeros((2, 5, 3), dtype=np.float32)
+    raw[0, :, 0] = [1e20, 1e20, 10, 10, 0.9]  # a broken head in image 0
+    raw[1, :, 0] = [100, 100, 50, 50, 0.9]
+    raw[1, :, 1] = [102, 100, 50, 50, 0.8]  # IoU 0.92 with the first: suppressed
+    params = np.tile(Letterbox(0, 0, 1, 1, 640, 640).as_array(), (2, 1))
+    batched = postprocess(raw, "v8", params, 0.25, 0.45, 10)
+    assert batched.num_detections[:, 0].tolist() == [1, 1]
+    alone = postprocess(raw[1:], "v8", params[1:], 0.25, 0.45, 10)
+    np.testing.assert_array_equal(batched.boxes[1], alone.boxes[0])
