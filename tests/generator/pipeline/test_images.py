@@ -119,7 +119,7 @@ def assert_rejected_fast(data: bytes, message: str, limits: ImageLimits = LIMITS
     start = time.perf_counter()
     with pytest.raises(ImageError, match=message):
         decode_image(data, limits, target=(640, 640))
-    assert time.perf_counter() - start < 0.05
+    assert time.perf_counter() - start < 0.2  # parsing takes microseconds; the attacks cost seconds
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert grown_kib < 50_000
 
@@ -233,7 +233,7 @@ def test_mutated_images_only_ever_raise_image_error_and_stay_fast(ext: str, para
         else:
             assert image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8
         worst = max(worst, time.perf_counter() - start)
-    assert worst < 0.25
+    assert worst < 0.5
 
 
 @pytest.mark.parametrize("ext", [".bmp", ".webp"])
