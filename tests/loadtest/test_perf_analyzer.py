@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes.util
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -76,8 +76,9 @@ def test_missing_cuda_runtime_is_named():
         binary = locate_binary()
     except ToolMissingError:
         pytest.skip("no perf_analyzer binary in this environment")
-    if ctypes.util.find_library("cudart"):
-        pytest.skip("a system-wide CUDA runtime is installed here")
+    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    if "libcudart.so.12 " in cache:
+        pytest.skip("a system-wide CUDA 12 runtime is installed here")
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     missing = missing_libraries(binary, env)
     # Without the nvidia-cuda-runtime-cu12 lib folder on the path the loader cannot find libcudart.
