@@ -36,26 +36,52 @@ def _xywh_to_xyxy(xywh: np.ndarray) -> np.ndarray:
     return np.concatenate([xywh[..., 0:2] - half, xywh[..., 0:2] + half], axis=-1)
 
 
-def decode_head(raw: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return per-candidate (boxes xyxy [N, A, 4], best score [N, A], class [N, A]) in input pixels."""
+@dataclass(frozen=True)
+class Candidates:
+    """Anchors above the score threshold, flattened over the batch (image-major, anchor order)."""
+
+    image: np.ndarray  # int64 [K]
+    boxes: np.ndarray  # float32 [K, 4], x1 y1 x2 y2 in input pixels
+    scores: np.ndarray  # float32 [K]
+    classes: np.ndarray  # int64 [K]
+
+
+def decode_head(raw: np.ndarray, layout: str, conf_threshold: float) -> Candidates:
+    """Decode only the anchors whose best class score passes ``conf_threshold`` (NaN/Inf dropped).
+
+    The best score per anchor is a plain max reduction over the whole head; the arg-max class and the
+    box conversion then run on the few candidates, not on every anchor of every image.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown head layout {layout!r}; expected one of {LAYOUTS}")
     raw = raw.astype(np.float32, copy=False)
     if layout == "v8":
-        boxes = _xywh_to_xyxy(np.moveaxis(raw[:, :4, :], 1, 2))
-        class_scores = raw[:, 4:, :]
-        classes = class_scores.argmax(axis=1)
-        scores = np.take_along_axis(class_scores, classes[:, None, :], axis=1)[:, 0, :]
+        best = raw[:, 4:, :].max(axis=1)  # [N, A]
     elif layout == "v5":
-        boxes = _xywh_to_xyxy(raw[..., :4])
-        class_scores = raw[..., 5:] * raw[..., 4:5]
-        classes = class_scores.argmax(axis=-1)
-        scores = np.take_along_axis(class_scores, classes[..., None], axis=-1)[..., 0]
-    elif layout == "end2end":
-        boxes = raw[..., :4]
-        scores = raw[..., 4]
-        classes = raw[..., 5]
+        best = (raw[..., 5:] * raw[..., 4:5]).max(axis=-1)
     else:
-        raise ValueError(f"unknown head layout {layout!r}; expected one of {LAYOUTS}")
-    return boxes, scores, classes.astype(np.int64)
+        best = raw[..., 4]
+    with np.errstate(invalid="ignore"):
+        image, anchor = np.nonzero(best > conf_threshold)
+    if layout == "v8":
+        rows = raw[image, :, anchor]  # [K, 4 + nc]
+        class_scores = rows[:, 4:]
+        boxes = _xywh_to_xyxy(rows[:, :4])
+    elif layout == "v5":
+        rows = raw[image, anchor]
+        class_scores = rows[:, 5:] * rows[:, 4:5]
+        boxes = _xywh_to_xyxy(rows[:, :4])
+    else:
+        rows = raw[image, anchor]
+        boxes, class_scores = rows[:, :4], None
+    if class_scores is not None:
+        classes = class_scores.argmax(axis=-1)
+        scores = np.take_along_axis(class_scores, classes[:, None], axis=-1)[:, 0]
+    else:
+        scores = rows[:, 4]
+        classes = np.nan_to_num(rows[:, 5], nan=-1.0).astype(np.int64)
+    finite = np.isfinite(scores) & np.isfinite(boxes).all(axis=-1) & (classes >= 0)
+    return Candidates(image[finite].astype(np.int64), boxes[finite], scores[finite], classes[finite].astype(np.int64))
 
 
 def nms(boxes: np.ndarray, scores: np.ndarray, groups: np.ndarray, iou_threshold: float) -> np.ndarray:
@@ -100,19 +126,16 @@ def postprocess(
     ``letterbox_params`` is [N, 6] as produced by preprocess (``Letterbox.as_array``).
     """
     batch = raw.shape[0]
-    boxes, scores, classes = decode_head(raw, layout)
-    finite = np.isfinite(scores) & np.isfinite(boxes).all(axis=-1)
-    image_idx, cand_idx = np.nonzero(finite & (scores > conf_threshold))
-    cand_scores = scores[image_idx, cand_idx]
+    found = decode_head(raw, layout, conf_threshold)
+    image_idx, cand_boxes, cand_scores, cand_classes = found.image, found.boxes, found.scores, found.classes
     if len(cand_scores) and np.bincount(image_idx).max() > MAX_CANDIDATES:
         # Cap per image, not per batch, so a busy image cannot push out its neighbours' boxes; the stable
         # sort breaks ties by anchor, and sorting the kept indices restores the image-major order.
         by_score = np.lexsort((-cand_scores, image_idx))
         rank = np.arange(len(by_score)) - np.searchsorted(image_idx[by_score], image_idx[by_score], side="left")
         top = np.sort(by_score[rank < MAX_CANDIDATES])
-        image_idx, cand_idx, cand_scores = image_idx[top], cand_idx[top], cand_scores[top]
-    cand_boxes = boxes[image_idx, cand_idx]
-    cand_classes = classes[image_idx, cand_idx]
+        image_idx, cand_boxes = image_idx[top], cand_boxes[top]
+        cand_scores, cand_classes = cand_scores[top], cand_classes[top]
 
     if layout == "end2end":
         kept = np.lexsort((-cand_scores, image_idx))  # already suppressed by the model

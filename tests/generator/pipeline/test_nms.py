@@ -250,7 +250,7 @@ def test_float16_head_is_accepted() -> None:
 
 def test_unknown_layout_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown head layout 'v9'"):
-        decode_head(np.zeros((1, 6, 4), np.float32), "v9")
+        decode_head(np.zeros((1, 6, 4), np.float32), "v9", 0.25)
 
 
 def test_a_busy_image_does_not_starve_its_batch_neighbours() -> None:
