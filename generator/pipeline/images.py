@@ -177,16 +177,18 @@ def check_header(data: bytes, limits: ImageLimits) -> ImageHeader:
 
 
 def reduction_factor(header: ImageHeader, target: tuple[int, int]) -> int:
-    """Largest JPEG DCT downscale (1, 2, 4, 8) that still leaves the image at least ``target`` size.
+    """Largest JPEG DCT downscale (1, 2, 4, 8) whose result still covers the letterboxed image.
 
-    libjpeg decodes at 1/2, 1/4 or 1/8 resolution for a fraction of the full cost, and the letterbox then
-    resizes a smaller image. The source must still cover the network input so no upsampling happens.
+    libjpeg decodes at 1/2, 1/4 or 1/8 resolution for a fraction of the full cost (a 1280x720 frame for a
+    640 input decodes straight to 640x360). The reduced image must be at least the size the letterbox
+    resizes to, so nothing is ever upsampled.
     """
     if header.format != "jpeg":
         return 1
-    ratio = min(header.width / target[1], header.height / target[0])
+    ratio = min(target[0] / header.height, target[1] / header.width)
+    needed_w, needed_h = round(header.width * ratio), round(header.height * ratio)
     factor = 1
-    while factor < 8 and ratio >= factor * 2:
+    while factor < 8 and -(-header.width // (factor * 2)) >= needed_w and -(-header.height // (factor * 2)) >= needed_h:
         factor *= 2
     return factor
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import resource
 import struct
 import time
@@ -313,9 +314,12 @@ def test_exif_orientation_1_is_unchanged() -> None:
     ("width", "height", "target", "factor"),
     [
         (640, 640, (640, 640), 1),
-        (1279, 1279, (640, 640), 1),
+        (1279, 1279, (640, 640), 2),  # ceil(1279 / 2) = 640 covers the 640x640 letterbox
+        (1277, 1277, (640, 640), 1),
         (1280, 1280, (640, 640), 2),
-        (2560, 1920, (640, 640), 2),  # 1920 / 640 = 3: halving twice would go below the target
+        (1280, 720, (640, 640), 2),  # letterboxed to 640x360: exactly the 1/2 decode
+        (1920, 1080, (640, 640), 2),  # 1/4 would give 480x270, below the 640x360 letterbox
+        (2560, 1920, (640, 640), 4),
         (2560, 2560, (640, 640), 4),
         (5120, 5120, (640, 640), 8),
         (16000, 16000, (640, 640), 8),  # libjpeg's smallest scale
@@ -327,10 +331,12 @@ def test_exif_orientation_1_is_unchanged() -> None:
 def test_reduction_factor_never_goes_below_the_target(width: int, height: int, target: tuple[int, int],
                                                       factor: int) -> None:
     assert reduction_factor(ImageHeader("jpeg", width, height), target) == factor
-    if factor > 1:  # the reduced image still covers the network input...
-        assert width / factor >= target[1] and height / factor >= target[0]
+    ratio = min(target[0] / height, target[1] / width)
+    needed = (round(width * ratio), round(height * ratio))  # what the letterbox resizes to
+    # The reduced image still covers the letterboxed image (no upsampling)...
+    assert math.ceil(width / factor) >= needed[0] and math.ceil(height / factor) >= needed[1]
     if factor < 8:  # ...and is the smallest one that does
-        assert width / (factor * 2) < target[1] or height / (factor * 2) < target[0]
+        assert math.ceil(width / (factor * 2)) < needed[0] or math.ceil(height / (factor * 2)) < needed[1]
 
 
 @pytest.mark.parametrize("fmt", ["png", "bmp", "webp", "tiff"])
