@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -97,6 +98,16 @@ def metric(server, name: str) -> float:
     return sum(values)
 
 
+def metric_delta(server, name: str, before: float, expected: float, timeout_s: float = 3.0) -> float:
+    """The counter's growth since ``before``; Triton updates counters just after the response, so poll."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        delta = metric(server, name) - before
+        if delta >= expected or time.monotonic() > deadline:
+            return delta
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("mode", MODES)
 def test_detect_matches_reference(triton_server, reference, images, expected, mode, protocol):
@@ -112,8 +123,8 @@ def test_detect_many_is_one_request(triton_server, reference, images, expected, 
     requests = metric(triton_server, "nv_inference_request_success")
     inferences = metric(triton_server, "nv_inference_count")
     results = run(mode, triton_server, protocol, "detect_many", images[:count])
-    assert metric(triton_server, "nv_inference_request_success") - requests == 1
-    assert metric(triton_server, "nv_inference_count") - inferences == count
+    assert metric_delta(triton_server, "nv_inference_request_success", requests, 1) == 1
+    assert metric_delta(triton_server, "nv_inference_count", inferences, count) == count
     for result, ref in zip(results, expected[:count], strict=True):
         assert_matches(result, ref, reference.class_names)
 
@@ -127,7 +138,7 @@ def test_detect_many_splits_at_max_batch_size(
     batch = [images[i % len(images)] for i in range(count)]
     requests = metric(triton_server, "nv_inference_request_success")
     results = run(mode, triton_server, protocol, "detect_many", batch)
-    assert metric(triton_server, "nv_inference_request_success") - requests == 2
+    assert metric_delta(triton_server, "nv_inference_request_success", requests, 2) == 2
     assert len(results) == count
     for i, result in enumerate(results):
         assert_matches(result, expected[i % len(images)], reference.class_names)
