@@ -31,7 +31,8 @@ HELD_OUT_SEED = 12345
 def evaluate(detect: Detector, annotations_json: Path) -> dict[str, object]:
     """Run ``detect`` (encoded image -> xyxy boxes, scores, class ids) on every image of a COCO set.
 
-    Returns ``map50_95``, ``map50``, ``per_class_map50`` (name -> AP@0.5), ``images`` and ``detections``.
+    Returns ``map50_95``, ``map50``, ``map50_95_small_medium_large``, ``per_class_map50`` (name -> AP@0.5),
+    ``images`` and ``detections``.
     """
     from faster_coco_eval import COCO, COCOeval_faster
 
@@ -80,6 +81,8 @@ def evaluate(detect: Detector, annotations_json: Path) -> dict[str, object]:
         **summary,
         "map50_95": float(ev.stats[0]),
         "map50": float(ev.stats[1]),
+        # COCO size buckets in source pixels: small < 32^2 <= medium < 96^2 <= large (-1: none in the set).
+        "map50_95_small_medium_large": [float(v) for v in ev.stats[3:6]],
         "per_class_map50": per_class,
     }
 

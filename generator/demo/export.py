@@ -60,6 +60,12 @@ def export_onnx(model: TinyYolo, path: Path) -> Path:
         dynamo=False,
     )
     proto = onnx.load(str(path))
+    # The tracer leaves the class axis symbolic ("Transposeoutput0_dim_1"); Ultralytics exports carry the
+    # concrete [batch, 4 + nc, anchors], which tools rely on to recognise the head.
+    out_dims = proto.graph.output[0].type.tensor_type.shape.dim
+    for dim, size in zip(out_dims[1:], (4 + model.nc, int(model.points.shape[0])), strict=True):
+        dim.Clear()
+        dim.dim_value = size
     for key, value in metadata(model.imgsz).items():
         prop = proto.metadata_props.add()
         prop.key, prop.value = key, value

@@ -16,6 +16,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -81,9 +82,19 @@ def _param_groups(model: object) -> list[dict[str, object]]:
     return [{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def train(
-    out: Path, steps: int, batch_size: int, lr: float, seed: int, log_every: int, snapshot_every: int
-) -> Path:
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 2400
+    batch_size: int = 16
+    lr: float = 2e-3
+    seed: int = _TRAIN_SEED
+    ema_decay: float = 0.999
+    init: Path | None = None  # continue from this checkpoint's weights (a second, fine-tuning stage)
+    log_every: int = 100
+    snapshot_every: int = 0
+
+
+def train(out: Path, cfg: TrainConfig) -> Path:
     import copy
     import multiprocessing as mp
 
@@ -93,9 +104,19 @@ def train(
     from generator.demo.loss import DetectionLoss
     from generator.demo.model import TinyYolo
 
+    steps, batch_size, lr, seed, log_every, snapshot_every = (
+        cfg.steps,
+        cfg.batch_size,
+        cfg.lr,
+        cfg.seed,
+        cfg.log_every,
+        cfg.snapshot_every,
+    )
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     model = TinyYolo(len(CLASS_NAMES), INPUT_SIZE)
+    if cfg.init is not None:
+        model.load_state_dict(torch.load(cfg.init, map_location="cpu", weights_only=True)["model"])
     for p in model.parameters():  # channels-last convolutions are ~2x faster on CPU
         if p.ndim == 4:
             p.data = p.data.contiguous(memory_format=torch.channels_last)
@@ -140,7 +161,7 @@ def train(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
             optimizer.step()
-            decay = 0.999 * (1 - math.exp(-(step + 1) / 300))
+            decay = cfg.ema_decay * (1 - math.exp(-(step + 1) / 300))
             with torch.no_grad():
                 for e, m in zip(ema.state_dict().values(), model.state_dict().values(), strict=True):
                     if e.dtype.is_floating_point:
@@ -154,14 +175,29 @@ def train(
                     f"step {step:5d} loss {float(loss.detach()):.3f} ({detail}) lr {lr_at(step):.2e} {elapsed:.0f}s",
                     flush=True,
                 )
+            if snapshot_every and (step + 1) % snapshot_every == 0 and step + 1 < steps:
+                # Intermediate exports let a long run be judged with evaluate.py while it continues.
+                out.parent.mkdir(parents=True, exist_ok=True)
+                export_onnx(copy.deepcopy(ema), out.with_name(f"{out.stem}.step{step + 1}.onnx"))
     finally:
         worker.terminate()
         worker.join()
     out.parent.mkdir(parents=True, exist_ok=True)
     ckpt = out.with_suffix(".pt")
-    torch.save({"model": ema.state_dict(), "steps": steps, "seed": seed}, ckpt)
+    torch.save({"model": ema.state_dict(), "raw": model.state_dict(), "config": repr(cfg)}, ckpt)
     print(f"trained in {time.perf_counter() - start:.0f}s; EMA weights saved to {ckpt}", flush=True)
     return export_onnx(ema, out)
+
+
+def export_checkpoint(checkpoint: Path, out: Path) -> Path:
+    import torch
+
+    from generator.demo.export import export_onnx
+    from generator.demo.model import TinyYolo
+
+    model = TinyYolo(len(CLASS_NAMES), INPUT_SIZE)
+    model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True)["model"])
+    return export_onnx(model, out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,11 +205,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m generator.demo.train", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", type=Path, required=True, help="ONNX file to write")
-    parser.add_argument("--steps", type=int, default=2400)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--seed", type=int, default=_TRAIN_SEED)
-    parser.add_argument("--log-every", type=int, default=100)
+    defaults = TrainConfig()
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--ema-decay", type=float, default=defaults.ema_decay)
+    parser.add_argument(
+        "--init", type=Path, help="start from this checkpoint's (EMA) weights: a fine-tuning stage"
+    )
+    parser.add_argument("--log-every", type=int, default=defaults.log_every)
+    parser.add_argument("--from-checkpoint", type=Path, help="skip training: export this .pt (EMA weights)")
     parser.add_argument("--snapshot-every", type=int, default=0, help="also export every N steps (0: never)")
     args = parser.parse_args(argv)
     try:
@@ -181,9 +223,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("error: training needs torch: pip install 'triton-detection-ensemble[train]'", file=sys.stderr)
         return 1
-    path = train(
-        args.out, args.steps, args.batch_size, args.lr, args.seed, args.log_every, args.snapshot_every
+    if args.from_checkpoint:
+        path = export_checkpoint(args.from_checkpoint, args.out)
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+        return 0
+    cfg = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        ema_decay=args.ema_decay,
+        init=args.init,
+        log_every=args.log_every,
+        snapshot_every=args.snapshot_every,
     )
+    path = train(args.out, cfg)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
     return 0
 
