@@ -129,6 +129,31 @@ def detect_layout(output: TensorInfo, num_classes: int | None, end2end: bool) ->
     )
 
 
+def _resolve_output_dims(path: Path, model_input: TensorInfo, output: TensorInfo,
+                         size: tuple[int, int]) -> TensorInfo:
+    """Replace symbolic non-batch output dims by running the model once on a blank input.
+
+    Exporters sometimes leave a head dim unnamed (``Transposeoutput0_dim_1``) that shape inference cannot
+    resolve; the layout check needs it, and the size is fixed once the input size is.
+    """
+    if all(isinstance(d, int) for d in output.shape[1:]):
+        return output
+    import numpy as np
+    import onnxruntime as ort
+
+    batch = model_input.shape[0] if isinstance(model_input.shape[0], int) else 1
+    blank = np.zeros((batch, 3, *size), dtype=helper.tensor_dtype_to_np_dtype(model_input.elem_type))
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (result,) = session.run([output.name], {model_input.name: blank})
+    except Exception as exc:  # any runtime failure means the shape cannot be learnt
+        raise ModelInspectionError(
+            f"output '{output.name}' has symbolic dims {list(output.shape)} and the model does not run on a "
+            f"blank {size[0]}x{size[1]} input to resolve them: {exc}"
+        ) from exc
+    return TensorInfo(output.name, output.elem_type, (output.shape[0], *result.shape[1:]))
+
+
 def _refuse_engine(path: Path) -> None:
     """A TensorRT engine is not an ONNX; say what it is and what to do instead."""
     from .tensorrt.engine_header import read_ultralytics_header
@@ -184,6 +209,8 @@ def inspect_onnx(path: Path, image_size: tuple[int, int] | None = None) -> Detec
     if task not in (None, "detect"):
         raise ModelInspectionError(f"the ONNX metadata says task '{task}'; only 'detect' models are supported")
     end2end = str(metadata.get("end2end", "")).lower() == "true"
+    size = _image_size(metadata, model_input, image_size)
+    output = _resolve_output_dims(path, model_input, output, size)
     layout, num_classes = detect_layout(output, len(names) if names else None, end2end)
     if names is None:
         names = tuple(f"class_{i}" for i in range(num_classes))
@@ -196,7 +223,7 @@ def inspect_onnx(path: Path, image_size: tuple[int, int] | None = None) -> Detec
         layout=layout,
         num_classes=len(names),
         class_names=names,
-        image_size=_image_size(metadata, model_input, image_size),
+        image_size=size,
         static_batch=batch if isinstance(batch, int) else None,
         opset=opset,
         metadata=metadata,

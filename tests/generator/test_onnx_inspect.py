@@ -11,6 +11,7 @@ from onnx import TensorProto
 from generator.errors import ModelInspectionError
 from generator.onnx_inspect import TensorInfo, detect_layout, inspect_onnx
 from tests.generator.onnx_factory import (
+    STRIDE,
     make_bad_rank_model,
     make_detector,
     make_int_input_model,
@@ -82,7 +83,8 @@ def test_dynamic_spatial_axes_use_imgsz_metadata(tmp_path: Path) -> None:
     info = inspect_onnx(write(tmp_path, model))
     assert info.image_size == (96, 160)
     assert info.input.shape == ("batch", 3, "height", "width")
-    assert info.output.shape[2] == "anchors"
+    # The anchor count follows the chosen input size: resolved by running the model at 96x160.
+    assert info.output.shape[2] == (96 // STRIDE) * (160 // STRIDE)
 
 
 def test_dynamic_spatial_axes_without_imgsz_need_the_flag(tmp_path: Path) -> None:
@@ -210,3 +212,14 @@ def test_end2end_metadata_flag_is_read_from_the_onnx(tmp_path: Path) -> None:
     meta.pop("end2end")
     model = make_detector("end2end", num_classes=1, metadata=meta)
     assert inspect_onnx(write(tmp_path, model, "plain.onnx")).layout == "v5"
+
+
+def test_symbolic_head_dims_are_resolved_by_running_the_model(tmp_path: Path) -> None:
+    # Exporters sometimes leave the class axis unnamed; the layout must still be recognised.
+    model = make_detector("v8", metadata=ultralytics_metadata())
+    dim = model.graph.output[0].type.tensor_type.shape.dim[1]
+    dim.Clear()
+    dim.dim_param = "Transposeoutput0_dim_1"
+    info = inspect_onnx(write(tmp_path, model))
+    assert info.layout == "v8" and info.num_classes == 2
+    assert info.output.shape == ("batch", 6, (64 // STRIDE) ** 2)
