@@ -8,7 +8,6 @@ from pathlib import Path
 
 from ..errors import GeneratorError
 from ..onnx_inspect import inspect_onnx
-from ..reference import ImageDetections
 from ..validate import (
     DEFAULT_MAX_DROP,
     ensure_passed,
@@ -16,6 +15,7 @@ from ..validate import (
     load_control_set,
     report_files,
     run_gate,
+    served_vs_reference,
 )
 
 
@@ -32,16 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=64, help="synthetic control images when no --images")
     parser.add_argument("--url", default=None,
                         help="also run the control set through a running Triton (grpc://host:port or http://...)")
-
-
-def _served_detections(url: str, model: str, data: list[bytes], ids: list[int]) -> dict[int, ImageDetections]:
-    from clients import DetectionClient
-
-    out: dict[int, ImageDetections] = {}
-    with DetectionClient(url, model=model) as client:
-        for image_id, result in zip(ids, client.detect_many(data), strict=True):
-            out[image_id] = ImageDetections(result.boxes, result.scores, result.class_ids)
-    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,17 +61,9 @@ def run(args: argparse.Namespace) -> int:
     print(gate_summary(report))
     print(f"Report: {repository / 'validation.md'}")
     if args.url:
-        from ..accuracy import coco_map
-        from ..reference import ReferencePipeline
-
-        ids = [int(r["id"]) for r in control.images]
-        served = _served_detections(args.url, manifest["name"], control.data, ids)
-        fp32 = ReferencePipeline(reference_onnx, thresholds["conf"], thresholds["iou"],
-                                 thresholds["max_detections"], info=info)
-        local = {i: d for i, d in zip(ids, fp32.detect_many(control.data), strict=True)} if ids else {}
-        truth = control.labels or {"images": control.images, "annotations": [], "categories": []}
-        served_map, local_map = coco_map(truth, served), coco_map(truth, local)
-        print(f"through Triton at {args.url}: mAP@0.5:0.95 {served_map.map50_95:.4f} "
-              f"(FP32 in-process at the served thresholds: {local_map.map50_95:.4f})")
+        served, local = served_vs_reference(args.url, manifest["name"], reference_onnx, info, control,
+                                            thresholds["conf"], thresholds["iou"], thresholds["max_detections"])
+        print(f"through Triton at {args.url}: mAP@0.5:0.95 {served.map50_95:.4f} "
+              f"(FP32 in-process at the served thresholds: {local.map50_95:.4f})")
     ensure_passed(report)
     return 0

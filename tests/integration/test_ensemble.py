@@ -231,3 +231,17 @@ def test_ensemble_config_carries_class_names(triton_server, reference) -> None:
 
     names = json.loads(config["parameters"]["class_names"]["string_value"])
     assert tuple(names) == reference.class_names
+
+
+def test_validate_through_the_server_scores_what_the_reference_scores(triton_server, capsys) -> None:
+    import re
+
+    from generator.cli import main
+
+    code = main(["validate", "--model-repository", str(triton_server.repository), "--count", "16",
+                 "--url", f"grpc://{triton_server.grpc_url}"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    served, local = re.search(r"through Triton .*: mAP@0.5:0.95 ([\d.]+) \(FP32 .*: ([\d.]+)\)", out).groups()
+    assert float(local) > 0.3
+    assert served == local
