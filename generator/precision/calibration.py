@@ -42,28 +42,6 @@ def default_cache_dir() -> Path:
     return Path(base) / "triton-detection-ensemble" / "calib"
 
 
-def calibration_batches(
-    images: Iterable[np.ndarray], input_hw: tuple[int, int], batch_size: int = 1
-) -> Iterator[np.ndarray]:
-    """Yield float32 NCHW batches of RGB uint8 images through the production letterbox.
-
-    The detector sees exactly what serving feeds it: Ultralytics letterbox (fill 114), RGB, /255.
-    """
-    from generator.pipeline.letterbox import letterbox
-
-    if batch_size < 1:
-        raise CalibrationError(f"calibration batch size must be >= 1, got {batch_size}")
-    pending: list[np.ndarray] = []
-    for image in images:
-        padded, _ = letterbox(image, input_hw)
-        pending.append(padded.transpose(2, 0, 1))
-        if len(pending) == batch_size:
-            yield np.stack(pending).astype(np.float32) / 255.0
-            pending = []
-    if pending:
-        yield np.stack(pending).astype(np.float32) / 255.0
-
-
 def digest_batches(batches: Iterable[np.ndarray]) -> str:
     """sha256 over dtype, shape and bytes of every batch, in order."""
     digest = hashlib.sha256()

@@ -6,7 +6,8 @@ import numpy as np
 import onnx
 import pytest
 
-from generator.precision.calibration import calibration_batches
+from generator.pipeline.batch import to_float_nchw
+from generator.pipeline.letterbox import letterbox
 from generator.synthetic import make_scene
 from tests.generator.precision.toy_detector import INPUT_HW, build_toy_detector
 
@@ -19,5 +20,6 @@ def toy_model() -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def scene_batches() -> list[np.ndarray]:
     rng = np.random.default_rng(7)
-    images = [make_scene(rng, 96, 64).image for _ in range(12)]
-    return list(calibration_batches(images, INPUT_HW))
+    # The serving path: letterbox the BGR image, then RGB NCHW / 255 (what the normalisation prefix does).
+    images = [letterbox(make_scene(rng, 96, 64).image[..., ::-1], INPUT_HW)[0] for _ in range(12)]
+    return [to_float_nchw(image[None]) for image in images]
