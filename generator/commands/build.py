@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "preprocess: float tensors from the Python step (slower, for comparison)")
     parser.add_argument("--queue-delay-us", type=int, default=BuildOptions.queue_delay_us,
                         help="dynamic batching max_queue_delay_microseconds")
-    parser.add_argument("--instances", type=int, nargs=3, metavar=("PRE", "DET", "NMS"), default=(1, 1, 1),
+    parser.add_argument("--instances", type=int, nargs=3, metavar=("PRE", "DET", "NMS"),
+                        default=(BuildOptions.preprocess_instances, BuildOptions.detector_instances,
+                                 BuildOptions.nms_instances),
                         help="instance counts of preprocess, detector, nms")
     parser.add_argument("--detector-threads", type=int, default=0,
                         help="ONNX Runtime intra-op threads of the embedded detector (0: all cores)")
