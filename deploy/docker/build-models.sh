@@ -26,7 +26,7 @@ python3 -m generator build \
   --triton-image nvcr.io/nvidia/tritonserver:26.08-py3 \
   --max-detections 100 \
   --max-image-bytes 4194304 \
-  --instances 2 1 2
+  --instances 2 2 2
 
 # Refuse to hand Triton a repository that would not load here.
 python3 -m generator check /models
