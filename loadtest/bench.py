@@ -63,21 +63,29 @@ def _detector_config(repository: Path, model: str) -> Any:
     return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
 
 
-def raw_detector(repository: Path, model: str, images: list[bytes], iterations: int,
-                 batches: tuple[int, ...]) -> dict[str, Any]:
-    """Time the served detector ONNX in this process on letterboxed inputs, as the detector step gets them."""
+@dataclass(frozen=True)
+class ServedDetector:
+    """What the repository's embedded detector step runs, and a letterboxed input as that step gets it."""
+
+    onnx: Path
+    intra_op_threads: int
+    instances: int
+    max_batch: int
+    input_dims: list[int]
+    prepared: Any  # numpy [N, ...] in the detector's input dtype and layout
+
+
+def served_detector(repository: Path, model: str, images: list[bytes]) -> ServedDetector | str:
+    """Read the detector step of ``repository``; a reason string when it does not run in this process."""
     import numpy as np
     from tritonclient.grpc import model_config_pb2
 
     from generator.pipeline.batch import prepare_batch, to_float_nchw
-    from generator.pipeline.runner import OnnxRunner
 
     config = _detector_config(repository, model)
     params = {k: v.string_value for k, v in config.parameters.items()}
     if config.backend != "python" or "onnx_file" not in params:
-        return {"skipped": f"detector is {config.platform or config.backend}, not ONNX Runtime in this process"}
-    onnx_path = repository / f"{model}_detector" / "1" / params["onnx_file"]
-    threads = int(params.get("intra_op_threads", "0"))
+        return f"detector is {config.platform or config.backend}, not ONNX Runtime in this process"
     (tensor,) = config.input
     dims = list(tensor.dims)
     channels_last = dims[-1] == 3
@@ -86,11 +94,33 @@ def raw_detector(repository: Path, model: str, images: list[bytes], iterations: 
     if tensor.data_type != model_config_pb2.TYPE_UINT8:  # the detector wants float NCHW RGB /255
         dtype = np.float16 if tensor.data_type == model_config_pb2.TYPE_FP16 else np.float32
         prepared = to_float_nchw(prepared, dtype)
-    runner = OnnxRunner(str(onnx_path), intra_op_threads=threads)
-    results: dict[str, Any] = {"onnx": str(onnx_path), "intra_op_threads": threads, "input": dims,
+    return ServedDetector(
+        onnx=repository / f"{model}_detector" / "1" / params["onnx_file"],
+        intra_op_threads=int(params.get("intra_op_threads", "0")),
+        instances=sum(group.count for group in config.instance_group) or 1,
+        max_batch=max(config.max_batch_size, 1),
+        input_dims=dims,
+        prepared=prepared,
+    )
+
+
+def raw_detector(repository: Path, model: str, images: list[bytes], iterations: int,
+                 batches: tuple[int, ...]) -> dict[str, Any]:
+    """Time the served detector ONNX in this process on letterboxed inputs, as the detector step gets them."""
+    import numpy as np
+
+    from generator.pipeline.runner import OnnxRunner
+
+    detector = served_detector(repository, model, images)
+    if isinstance(detector, str):
+        return {"skipped": detector}
+    prepared = detector.prepared
+    runner = OnnxRunner(str(detector.onnx), intra_op_threads=detector.intra_op_threads)
+    results: dict[str, Any] = {"onnx": str(detector.onnx), "intra_op_threads": detector.intra_op_threads,
+                               "instances": detector.instances, "input": detector.input_dims,
                                "static_batch": runner.static_batch, "batches": []}
     for batch in batches:
-        if batch > max(config.max_batch_size, 1):
+        if batch > detector.max_batch:
             continue
         inputs = np.stack([prepared[i % len(prepared)] for i in range(batch)])
         for _ in range(2):
@@ -112,7 +142,7 @@ def raw_detector(repository: Path, model: str, images: list[bytes], iterations: 
 # ---- (b) closed-loop ensemble ---------------------------------------------------------------------------
 
 
-def _client_factory(protocol: str, url: str, model: str, timeout_s: float) -> Callable[[], Callable[[bytes], None]]:
+def client_factory(protocol: str, url: str, model: str, timeout_s: float) -> Callable[[], Callable[[bytes], None]]:
     """Return a function that makes one client (per thread) and returns its ``infer(image)``."""
     import numpy as np
 
@@ -215,7 +245,7 @@ def ensemble_cells(endpoints: Endpoints, settings: BenchSettings,
         images = synthetic_images([(width, height)], per_size=settings.images_per_size)
         for protocol in settings.protocols:
             url = endpoints.grpc if protocol == "grpc" else endpoints.http
-            make = _client_factory(protocol, url, settings.model, settings.timeout_s)
+            make = client_factory(protocol, url, settings.model, settings.timeout_s)
             for concurrency in settings.concurrency:
                 before: dict[str, Any] = {}
 

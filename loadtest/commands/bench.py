@@ -21,6 +21,7 @@ from ..errors import LoadTestError
 from ..images import parse_sizes, synthetic_images
 from ..machine import machine_info
 from ..metrics import StageStats, stages_table
+from ..paired import PairedSettings, paired_lines, paired_rounds
 from ..report import compare_p50, comparison_table, points_table
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
@@ -54,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crosscheck-concurrency", type=int, default=2,
                         help="run Locust and perf_analyzer at this concurrency (0: skip)")
     parser.add_argument("--crosscheck-duration", type=float, default=20.0)
+    parser.add_argument("--paired-rounds", type=int, default=5,
+                        help="alternating raw/ensemble rounds for the headline ratios (0: skip)")
+    parser.add_argument("--paired-window", type=float, default=6.0, help="seconds per window of a paired round")
+    parser.add_argument("--paired-concurrency", type=int, default=4, help="ensemble concurrency for throughput")
+    parser.add_argument("--paired-protocol", choices=("grpc", "http"), default="grpc")
+    parser.add_argument("--paired-size", default="1280x720", help="JPEG frame size of the paired rounds")
     parser.add_argument("--label", default="bench", help="results file name: <date>-<label>.json")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--note", default="", help="free text stored with the results")
@@ -107,6 +114,14 @@ def run(args: argparse.Namespace) -> int:
             results["raw_detector"] = {"skipped": "no --repository to take the detector ONNX from"}
         print("(b) ensemble, closed loop ...", flush=True)
         results["ensemble"] = ensemble_cells(endpoints, settings, progress=lambda line: print(line, flush=True))
+        if args.paired_rounds and args.repository is not None:
+            paired = PairedSettings(
+                model=settings.model, protocol=args.paired_protocol, size=parse_sizes(args.paired_size)[0],
+                concurrency=args.paired_concurrency, rounds=args.paired_rounds, window_s=args.paired_window,
+            )
+            print(f"(d) paired rounds: raw detector and ensemble alternating ({paired.rounds} rounds) ...", flush=True)
+            results["paired"] = paired_rounds(endpoints.grpc, endpoints.http, endpoints.metrics, args.repository,
+                                              paired, progress=lambda line: print(line, flush=True))
         if settings.crosscheck_concurrency:
             print(f"cross-check: Locust and perf_analyzer at concurrency {settings.crosscheck_concurrency} ...", flush=True)
             same = [c for c in results["ensemble"] if c["protocol"] == "grpc" and c["size"] == list(settings.sizes[0])
@@ -144,7 +159,8 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     raw = results.get("raw_detector", {})
     lines += ["", "## (a) Raw detector in-process (ONNX Runtime, letterboxed input)", ""]
     if "batches" in raw:
-        lines += [f"ONNX `{Path(raw['onnx']).name}`, intra-op threads {raw['intra_op_threads']}, input {raw['input']}.", "",
+        lines += [f"ONNX `{Path(raw['onnx']).name}`, intra-op threads {raw['intra_op_threads']}, input {raw['input']}; "
+                  f"one session (the repository serves {raw.get('instances', 1)} instance(s)).", "",
                   "| batch | p50 ms | p95 ms | mean ms | images/s |", "|---:|---:|---:|---:|---:|"]
         lines += [f"| {b['batch']} | {b['p50_ms']} | {b['p95_ms']} | {b['mean_ms']} | {b['images_per_s']} |"
                   for b in raw["batches"]]
@@ -157,6 +173,10 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     for cell in cells:
         lines += [f"### {cell['point']['label']}, concurrency {cell['concurrency']}", ""]
         lines += stages_table({k: StageStats(**v) for k, v in cell["stages"].items()})
+        lines.append("")
+    if "paired" in results:
+        lines += ["## (d) Paired rounds: raw detector and ensemble in the same minute", ""]
+        lines += paired_lines(results["paired"])
         lines.append("")
     check = results.get("crosscheck")
     if check:

@@ -1,0 +1,68 @@
+"""``python -m loadtest bench`` end to end against the real embedded Triton (fixture ``triton_server``).
+
+Every window is a second or two: this checks that the harness measures the real thing and reports it,
+not the numbers themselves (those live in loadtest/results/).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp_path):
+    host, grpc_port = triton_server.grpc_url.rsplit(":", 1)
+    http_port = triton_server.http_url.rsplit(":", 1)[1]
+    metrics_port = triton_server.metrics_url.rsplit(":", 1)[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtest", "bench", "--url", host, "--grpc-port", grpc_port,
+         "--http-port", http_port, "--metrics-port", metrics_port, "--repository", str(triton_server.repository),
+         "--model", triton_server.model_name, "--protocols", "grpc,http", "--sizes", "640x480",
+         "--concurrency", "1", "--duration", "1.5", "--raw-iterations", "3", "--raw-batches", "1,2",
+         "--paired-rounds", "2", "--paired-window", "1", "--paired-concurrency", "2", "--paired-size", "640x480",
+         "--crosscheck-concurrency", "0", "--label", "test", "--results-dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (json_file,) = tmp_path.glob("*-test.json")
+    results = json.loads(json_file.read_text())
+    assert results["machine"]["usable_cores"] >= 1 and results["server"]["triton_version"]
+
+    raw = results["raw_detector"]
+    assert [b["batch"] for b in raw["batches"]] == [1, 2]
+    assert all(b["p50_ms"] > 0 and b["images_per_s"] > 0 for b in raw["batches"])
+    assert raw["instances"] >= 1
+
+    name = triton_server.model_name
+    cells = results["ensemble"]
+    assert {(c["protocol"], c["concurrency"]) for c in cells} == {("grpc", 1), ("http", 1)}
+    for cell in cells:
+        assert cell["point"]["requests"] > 0 and cell["point"]["failures"] == 0
+        # Triton counted the cell's requests in every composing model.
+        for step in ("", "_preprocess", "_detector", "_nms"):
+            assert cell["stages"][name + step]["requests"] >= cell["point"]["requests"]
+
+    paired = results["paired"]
+    assert len(paired["rounds"]) == 2
+    for row in paired["rounds"]:
+        assert row["failures"] == 0
+        assert set(row["raw"]) == {"served", "single", "per_core"}
+        assert all(v["images_per_s"] > 0 for v in row["raw"].values())
+        assert row["ensemble_rps"] > 0 and row["ensemble_p50_c1_ms"] > 0
+        best = max(v["images_per_s"] for v in row["raw"].values())
+        assert row["ratio_best_raw"] == pytest.approx(row["ensemble_rps"] / best, abs=0.002)
+        # The ensemble's time in Triton includes the detector's compute, so what it adds is positive.
+        assert row["added_in_triton_c1_ms"] > 0
+    assert paired["summary"]["ratio_same_topology"]["min"] <= paired["summary"]["ratio_same_topology"]["median"]
+
+    report = (tmp_path / json_file.name.replace(".json", ".md")).read_text()
+    for heading in ("## (a) Raw detector", "## (b) Ensemble", "## (c) Per-stage costs", "## (d) Paired rounds"):
+        assert heading in report
