@@ -114,7 +114,7 @@ def paired_rounds(grpc_url: str, http_url: str, metrics_url: str, repository: Pa
         pipeline_ms = None
         if ensemble and detector_stage and ensemble.request_us and detector_stage.compute_infer_us:
             pipeline_ms = (ensemble.request_us - detector_stage.compute_infer_us) / 1000.0
-        record = {
+        record: dict[str, Any] = {
             "raw": {name: {"images_per_s": round(ips, 2), "p50_ms": round(p50, 1)} for name, (ips, p50) in raw.items()},
             "ensemble_rps": round(ensemble_rps, 2),
             "ensemble_p50_c1_ms": round(statistics.median(single), 1) if single else None,
@@ -126,9 +126,9 @@ def paired_rounds(grpc_url: str, http_url: str, metrics_url: str, repository: Pa
         }
         rounds.append(record)
         progress(f"  round {index + 1}: ensemble {record['ensemble_rps']} rps vs raw served "
-                 f"{record['raw']['served']['images_per_s']} / best {best_raw:.2f} img/s "
+                 f"{raw['served'][0]:.2f} / best {best_raw:.2f} img/s "
                  f"(x{record['ratio_same_topology']} / x{record['ratio_best_raw']}); c=1 p50 "
-                 f"{record['ensemble_p50_c1_ms']} vs raw {record['raw']['single']['p50_ms']} ms "
+                 f"{record['ensemble_p50_c1_ms']} vs raw {raw['single'][1]:.1f} ms "
                  f"(+{record['added_p50_c1_ms']}, in Triton +{record['added_in_triton_c1_ms']})")
     summary = {key: _median_range([r[key] for r in rounds if r[key] is not None])
                for key in ("ratio_same_topology", "ratio_best_raw", "added_p50_c1_ms", "added_in_triton_c1_ms")
