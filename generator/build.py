@@ -1,4 +1,4 @@
-"""Build a model repository: inspect -> precision -> normalisation prefix -> render -> write.
+"""Build a model repository: inspect -> precision -> normalisation prefix -> class reduction -> render -> write.
 
 Library entry point of ``python -m generator build``; the command only turns argv into these calls.
 """
@@ -19,6 +19,7 @@ from onnx import TensorProto
 
 from .errors import GeneratorError
 from .graph_prefix import SERVED_INPUT, add_normalisation_prefix
+from .graph_suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
 from .onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
 from .render import render_models
 from .repository import MARKER as MANIFEST_NAME
@@ -46,6 +47,17 @@ def served_info(info: DetectorInfo) -> DetectorInfo:
     batch, _, height, width = info.input.shape
     served_input = TensorInfo(SERVED_INPUT, TensorProto.UINT8, (batch, height, width, 3))
     return dataclasses.replace(info, input=served_input)
+
+
+def reduced_info(info: DetectorInfo) -> DetectorInfo:
+    """Describe a v8 detector whose served graph ends with the class reduction: [N, 6, A] out.
+
+    The layout is carried, not inferred: [N, 6, A] also reads as a two-class v8 head. Class names and
+    count stay those of the original head.
+    """
+    batch, _, anchors = info.output.shape
+    output = TensorInfo(REDUCED_OUTPUT, info.output.elem_type, (batch, REDUCED_ROWS, anchors))
+    return dataclasses.replace(info, output=output, layout="v8_reduced")
 
 
 def _python_step_files(model: str, source: str) -> dict[str, bytes]:
@@ -77,8 +89,8 @@ class GateOptions:
     count: int = 64
 
 
-def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions,
-              gate: GateOptions) -> dict[str, bytes]:
+def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, served_layout: str,
+              options: BuildOptions, gate: GateOptions) -> dict[str, bytes]:
     from .validate import (
         DEFAULT_MAX_DROP,
         ensure_passed,
@@ -94,14 +106,15 @@ def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, opti
         candidate = Path(tmp) / "served.onnx"
         onnx.save(served, str(candidate))
         report = run_gate(onnx_path, candidate, info, control, options.precision, max_drop,
-                          options.iou_threshold, options.max_detections)
+                          options.iou_threshold, options.max_detections, candidate_layout=served_layout)
     print(gate_summary(report), flush=True)
     ensure_passed(report)
     return report_files(report)
 
 
-def _manifest(onnx_path: Path, info: DetectorInfo, options: BuildOptions, precision_facts: dict[str, str],
-              files: dict[str, bytes], validated: bool, plan: dict[str, object] | None) -> dict[str, object]:
+def _manifest(onnx_path: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
+              precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
+              plan: dict[str, object] | None) -> dict[str, object]:
     from .manifest import Manifest, PlanFacts, Thresholds, hash_files
 
     if options.precision == "fp32":
@@ -126,6 +139,8 @@ def _manifest(onnx_path: Path, info: DetectorInfo, options: BuildOptions, precis
         extra={
             "detector": {
                 "layout": info.layout,
+                "served_layout": served_layout,
+                "reduce_head": served_layout == "v8_reduced",
                 "image_size": list(info.image_size),
                 "static_batch": info.static_batch,
                 "class_names": list(info.class_names),
@@ -167,6 +182,8 @@ def build_repository(
         served, info_served = add_normalisation_prefix(model), served_info(info)
     else:
         served, info_served = model, info
+    if options.reduce_head and info.layout == "v8":
+        served, info_served = add_class_reduction(served), reduced_info(info_served)
 
     names = options.model_names
     files: dict[str, bytes] = {}
@@ -183,7 +200,7 @@ def build_repository(
     extra = {
         "detector": {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}
         if options.target == "embedded" else {},
-        "nms": {"raw_output": info.output.name},
+        "nms": {"raw_output": info_served.output.name},
     }
     rendered = render_models(info_served, options, extra, detector_overrides=overrides)
     for model_name, r in rendered.items():
@@ -196,8 +213,8 @@ def build_repository(
 
     validated = options.precision != "fp32" and gate.enabled
     if validated:
-        files.update(_run_gate(onnx_path, served, info, options, gate))
-    manifest = _manifest(onnx_path, info, options, precision_facts, files, validated, plan)
+        files.update(_run_gate(onnx_path, served, info, info_served.layout, options, gate))
+    manifest = _manifest(onnx_path, info, info_served.layout, options, precision_facts, files, validated, plan)
     files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()
     write_repository(output, files, force=force)
     return BuildResult(output, info, tuple(rendered), manifest)

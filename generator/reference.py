@@ -36,9 +36,13 @@ class ReferencePipeline:
         reduced_decode: bool = True,
         image_size: tuple[int, int] | None = None,
         info: DetectorInfo | None = None,
+        layout: str | None = None,
     ) -> None:
-        # ``info`` describes the original detector when ``onnx_path`` is a served graph (uint8 input).
+        # ``info`` describes the original detector when ``onnx_path`` is a served graph (uint8 input);
+        # ``layout`` is the head layout that graph outputs when it differs (``v8_reduced``), default
+        # ``info.layout``. It is never guessed from the shape: [N, 6, A] is also a two-class v8 head.
         self.info = info or inspect_onnx(Path(onnx_path), image_size)
+        self.layout = layout or self.info.layout
         self._runner = OnnxRunner(str(onnx_path))
         self._takes_uint8 = self._runner.input_type == "tensor(uint8)"
         self.conf_threshold = conf_threshold
@@ -70,7 +74,7 @@ class ReferencePipeline:
         return self.postprocess(raw, letterbox)
 
     def postprocess(self, raw: np.ndarray, letterbox: np.ndarray) -> list[ImageDetections]:
-        out = postprocess(raw, self.info.layout, letterbox, self.conf_threshold, self.iou_threshold,
+        out = postprocess(raw, self.layout, letterbox, self.conf_threshold, self.iou_threshold,
                           self.max_detections)
         return [
             ImageDetections(out.boxes[i, :n], out.scores[i, :n], out.classes[i, :n])

@@ -53,6 +53,9 @@ class BuildOptions:
     # "graph": uint8 images travel between steps and the detector graph normalises (fast);
     # "preprocess": the Python step sends float NCHW tensors (the straightforward design, for comparison).
     normalise_in: str = "graph"
+    # v8 heads: the served graph ends with the per-anchor class max/arg-max, so the NMS step receives
+    # [N, 6, A] instead of [N, 4 + nc, A] (generator.graph_suffix).
+    reduce_head: bool = True
     # No waiting by default: on a busy CPU requests queue up behind the running batch anyway, and a
     # delay only adds latency at low load (measured: ~2 ms per step at concurrency 1).
     queue_delay_us: int = 0

@@ -1,7 +1,8 @@
 """The accuracy gate: a built detector against the FP32 reference on a control set.
 
 mAP is measured on labels when given, otherwise on the FP32 reference's own detections (pseudo-labels),
-plus the numeric difference of the raw head outputs. The build runs it for FP16/INT8 and fails when the
+plus the numeric difference of the raw head outputs (boxes and best class score per anchor, which is what
+both a full head and a served graph's reduced one carry). The build runs it for FP16/INT8 and fails when the
 drop exceeds the threshold, so precision never costs accuracy silently.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 from .accuracy import MapResult, coco_map, pseudo_labels
 from .errors import GeneratorError
 from .onnx_inspect import DetectorInfo
+from .pipeline.nms import boxes_and_best_scores
 from .reference import ImageDetections, ReferencePipeline
 
 # Ultralytics validates at a very low threshold so mAP sees the whole precision-recall curve.
@@ -69,8 +71,8 @@ class GateReport:
             "",
             f"Drop: {self.drop_points:.2f} points mAP@0.5:0.95 ({self.drop_points_map50:.2f} at 0.5); "
             f"allowed {self.max_drop_points:.2f}.",
-            f"Raw head output difference: max {self.raw_max_abs_diff:.4g}, mean {self.raw_mean_abs_diff:.4g}; "
-            f"class-score max {self.score_max_abs_diff:.4g}.",
+            f"Raw head output difference (boxes and best class score per anchor): max {self.raw_max_abs_diff:.4g}, "
+            f"mean {self.raw_mean_abs_diff:.4g}; best-score max {self.score_max_abs_diff:.4g}.",
             "",
         ])
 
@@ -138,10 +140,16 @@ def run_gate(
     max_drop_points: float,
     iou_threshold: float = 0.45,
     max_detections: int = 100,
+    candidate_layout: str | None = None,
 ) -> GateReport:
-    """Measure the candidate (a served or precision graph) against the FP32 reference on ``control``."""
+    """Measure the candidate (a served or precision graph) against the FP32 reference on ``control``.
+
+    ``candidate_layout`` is the head layout the candidate graph outputs (``v8_reduced`` for a served
+    graph with the class reduction); default: the reference's, ``info.layout``.
+    """
     reference = ReferencePipeline(reference_onnx, MAP_CONF_THRESHOLD, iou_threshold, max_detections, info=info)
-    candidate = ReferencePipeline(candidate_onnx, MAP_CONF_THRESHOLD, iou_threshold, max_detections, info=info)
+    candidate = ReferencePipeline(candidate_onnx, MAP_CONF_THRESHOLD, iou_threshold, max_detections, info=info,
+                                  layout=candidate_layout)
     ref_dets, ref_raw = _run(reference, control)
     cand_dets, cand_raw = _run(candidate, control)
     if control.labels is not None:
@@ -161,8 +169,16 @@ def run_gate(
     ref_map = coco_map(ground_truth, ref_dets)
     cand_map = coco_map(ground_truth, cand_dets)
     drop = (ref_map.map50_95 - cand_map.map50_95) * 100
-    diff = np.abs(ref_raw - cand_raw)
-    score_rows = diff[:, 4:, :] if info.layout == "v8" else diff[..., 4:]
+    # Like with like: a served graph may output the reduced head of the reference's full one.
+    ref_boxes, ref_best = boxes_and_best_scores(ref_raw, reference.layout)
+    cand_boxes, cand_best = boxes_and_best_scores(cand_raw, candidate.layout)
+    if ref_boxes.shape != cand_boxes.shape:
+        raise GeneratorError(
+            f"the candidate's head ({candidate.layout}, {list(cand_raw.shape[1:])}) does not match the "
+            f"reference's ({reference.layout}, {list(ref_raw.shape[1:])}); is it built from this ONNX?"
+        )
+    score_rows = np.abs(ref_best - cand_best)
+    diff = np.concatenate([np.abs(ref_boxes - cand_boxes).ravel(), score_rows.ravel()])
     return GateReport(
         precision=precision,
         control_set=control.source,

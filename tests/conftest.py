@@ -40,7 +40,7 @@ class TritonTestServer:
     metrics_url: str
     model_name: str  # dynamic-batch demo ensemble
     onnx_path: Path
-    static_model_name: str  # the same detector with a fixed batch of 1, float tensors between steps
+    static_model_name: str  # the same detector with a fixed batch of 1, float tensors and the full head between steps
     static_onnx_path: Path
     repository: Path
     log_file: Path
@@ -61,9 +61,10 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory, demo_onnx: Path) -> 
     static_onnx = fix_batch(demo_onnx, root / "demo_static_b1.onnx", 1)
     dynamic_repo, static_repo = root / "repo_dynamic", root / "repo_static"
     build_repository(demo_onnx, dynamic_repo, BuildOptions(name="yolo", max_batch=8, queue_delay_us=5000))
-    # The static model also covers the float-tensor path (normalisation in the Python step).
+    # The static model also covers the float-tensor path (normalisation in the Python step) and the full
+    # v8 head between the steps (the dynamic one sends the reduced head, the default).
     build_repository(static_onnx, static_repo,
-                     BuildOptions(name="yolo_static", max_batch=4, normalise_in="preprocess"))
+                     BuildOptions(name="yolo_static", max_batch=4, normalise_in="preprocess", reduce_head=False))
     log_file = root / "tritonserver.log"
     server = EmbeddedServer(
         dynamic_repo, free_port(), free_port(), free_port(), log_file=log_file,

@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--normalise-in", choices=("graph", "preprocess"), default="graph",
                         help="graph: uint8 images between steps, normalisation fused into the detector; "
                              "preprocess: float tensors from the Python step (slower, for comparison)")
+    parser.add_argument("--no-reduce-head", action="store_true",
+                        help="v8 heads: serve the full [N, 4+nc, A] head instead of fusing the per-anchor class "
+                             "max/arg-max into the detector graph (which sends [N, 6, A] to the NMS step)")
     parser.add_argument("--queue-delay-us", type=int, default=BuildOptions.queue_delay_us,
                         help="dynamic batching max_queue_delay_microseconds")
     parser.add_argument("--instances", type=int, nargs=3, metavar=("PRE", "DET", "NMS"),
@@ -83,6 +86,7 @@ def options_from_args(args: argparse.Namespace) -> BuildOptions:
         limits=ImageLimitOptions(args.max_image_bytes, args.max_image_pixels, args.max_image_side),
         reduced_decode=not args.no_reduced_decode,
         normalise_in=args.normalise_in,
+        reduce_head=not args.no_reduce_head,
         queue_delay_us=args.queue_delay_us,
         preprocess_instances=args.instances[0],
         detector_instances=args.instances[1],
@@ -119,4 +123,8 @@ def run(args: argparse.Namespace) -> int:
           f"{'dynamic' if info.static_batch is None else f'static {info.static_batch}'} batch, "
           f"target {options.target}, precision {options.precision}")
     print(f"Models: {', '.join(result.models)} (ensemble '{options.name}')")
+    detector = result.manifest.get("detector")
+    if isinstance(detector, dict) and detector.get("reduce_head"):
+        print("The detector graph ends with the per-anchor class max/arg-max: NMS receives "
+              f"[N, 6, anchors] (layout {detector['served_layout']}); --no-reduce-head serves the full head")
     return 0

@@ -54,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
     info = inspect_onnx(reference_onnx, tuple(manifest["detector"]["image_size"]))
     control = load_control_set(args.images, args.labels, args.count)
     thresholds = manifest["thresholds"]
+    # Repositories built before the class reduction record no served layout: they serve the ONNX's own.
+    served_layout = manifest["detector"].get("served_layout", info.layout)
     report = run_gate(reference_onnx, candidate, info, control, precision, max_drop,
-                      thresholds["iou"], thresholds["max_detections"])
+                      thresholds["iou"], thresholds["max_detections"], candidate_layout=served_layout)
     for name, content in report_files(report).items():
         (repository / name).write_bytes(content)
     print(gate_summary(report))

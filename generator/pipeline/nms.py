@@ -2,6 +2,9 @@
 
 Supported head layouts (batch first):
 - ``v8``: [N, 4 + nc, A] -- cx, cy, w, h in input pixels, then per-class scores (YOLOv8/11/12).
+- ``v8_reduced``: [N, 6, A] -- cx, cy, w, h, best class score, best class id (as a float): a v8 head whose
+  class max/arg-max the served graph already took (generator.graph_suffix). Never inferred from a shape:
+  [N, 6, A] is also a genuine two-class v8 head.
 - ``v5``: [N, A, 5 + nc] -- cx, cy, w, h, objectness, per-class scores (YOLOv5/v7).
 - ``end2end``: [N, K, 6] -- x1, y1, x2, y2, score, class; already NMS-free (YOLOv10/26 end-to-end).
 """
@@ -14,7 +17,7 @@ import numpy as np
 
 from .letterbox import boxes_to_source
 
-LAYOUTS = ("v8", "v5", "end2end")
+LAYOUTS = ("v8", "v8_reduced", "v5", "end2end")
 # Candidates kept per image before NMS; bounds the work on images with thousands of weak boxes.
 MAX_CANDIDATES = 4096
 # Far beyond any network input (at most 8192 px); coordinates past it are garbage from a broken head.
@@ -46,26 +49,46 @@ class Candidates:
     classes: np.ndarray  # int64 [K]
 
 
-def decode_head(raw: np.ndarray, layout: str, conf_threshold: float) -> Candidates:
-    """Decode only the anchors whose best class score passes ``conf_threshold`` (NaN/Inf dropped).
+def _best_scores(raw: np.ndarray, layout: str) -> np.ndarray:
+    """Best class score per anchor, [N, A]; NaN when any class score of the anchor is NaN."""
+    if layout == "v8":
+        return raw[:, 4:, :].max(axis=1)
+    if layout == "v8_reduced":
+        return raw[:, 4, :]
+    if layout == "v5":
+        return (raw[..., 5:] * raw[..., 4:5]).max(axis=-1)
+    return raw[..., 4]
 
-    The best score per anchor is a plain max reduction over the whole head; the arg-max class and the
-    box conversion then run on the few candidates, not on every anchor of every image.
+
+def boxes_and_best_scores(raw: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-anchor boxes as the head encodes them, [N, A, 4], and best class scores, [N, A].
+
+    What decides the detections, and the same for a v8 head and its ``v8_reduced`` form: lets the
+    accuracy gate compare a served graph with the reference whatever the served layout.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown head layout {layout!r}; expected one of {LAYOUTS}")
     raw = raw.astype(np.float32, copy=False)
-    if layout == "v8":
-        best = raw[:, 4:, :].max(axis=1)  # [N, A]
-    elif layout == "v5":
-        best = (raw[..., 5:] * raw[..., 4:5]).max(axis=-1)
-    else:
-        best = raw[..., 4]
+    boxes = raw[:, :4, :].transpose(0, 2, 1) if layout in ("v8", "v8_reduced") else raw[..., :4]
+    return boxes, _best_scores(raw, layout)
+
+
+def decode_head(raw: np.ndarray, layout: str, conf_threshold: float) -> Candidates:
+    """Decode only the anchors whose best class score passes ``conf_threshold`` (NaN/Inf dropped).
+
+    The best score per anchor is a plain max reduction over the whole head (``v8_reduced``: the served
+    graph took it); the arg-max class and the box conversion then run on the few candidates, not on every
+    anchor of every image.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown head layout {layout!r}; expected one of {LAYOUTS}")
+    raw = raw.astype(np.float32, copy=False)
+    best = _best_scores(raw, layout)  # [N, A]
     with np.errstate(invalid="ignore"):
         image, anchor = np.nonzero(best > conf_threshold)
-    if layout == "v8":
-        rows = raw[image, :, anchor]  # [K, 4 + nc]
-        class_scores = rows[:, 4:]
+    if layout in ("v8", "v8_reduced"):
+        rows = raw[image, :, anchor]  # [K, 4 + nc] or [K, 6]
+        class_scores = rows[:, 4:] if layout == "v8" else None
         boxes = _xywh_to_xyxy(rows[:, :4])
     elif layout == "v5":
         rows = raw[image, anchor]
@@ -77,7 +100,7 @@ def decode_head(raw: np.ndarray, layout: str, conf_threshold: float) -> Candidat
     if class_scores is not None:
         classes = class_scores.argmax(axis=-1)
         scores = np.take_along_axis(class_scores, classes[:, None], axis=-1)[:, 0]
-    else:
+    else:  # end2end and v8_reduced carry score and class id in rows 4 and 5
         scores = rows[:, 4]
         classes = np.nan_to_num(rows[:, 5], nan=-1.0).astype(np.int64)
     finite = np.isfinite(scores) & np.isfinite(boxes).all(axis=-1) & (classes >= 0)

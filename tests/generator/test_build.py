@@ -18,10 +18,12 @@ from tritonclient.grpc import model_config_pb2 as mc
 from generator.build import build_repository
 from generator.errors import ConfigError, GeneratorError, ModelInspectionError
 from generator.graph_prefix import SERVED_INPUT
+from generator.graph_suffix import REDUCED_OUTPUT
 from generator.pipeline.batch import to_float_nchw
 from generator.render import check_ensemble_wiring
 from generator.spec import BuildOptions
 from tests.generator.onnx_factory import make_bad_rank_model, make_detector, save, ultralytics_metadata
+from tests.generator.pipeline.test_nms import reduce_v8
 
 PIPELINE = Path(__file__).resolve().parents[2] / "generator" / "pipeline"
 STEPS = ("yolo_preprocess", "yolo_detector", "yolo_nms")
@@ -75,6 +77,7 @@ def test_manifest_hashes_match_the_written_files(embedded_repo: Path, onnx_path:
     assert manifest["name"] == "yolo" and manifest["target"] == "embedded" and manifest["precision"] == "fp32"
     assert manifest["thresholds"] == {"conf": 0.25, "iou": 0.45, "max_detections": 20}
     assert manifest["detector"]["layout"] == "v8" and manifest["detector"]["class_names"] == ["cat", "dog"]
+    assert manifest["detector"]["served_layout"] == "v8_reduced" and manifest["detector"]["reduce_head"] is True
 
 
 def test_configs_on_disk_parse_and_wire_up(embedded_repo: Path) -> None:
@@ -85,18 +88,81 @@ def test_configs_on_disk_parse_and_wire_up(embedded_repo: Path) -> None:
     assert json.loads(ensemble.parameters["class_names"].string_value) == ["cat", "dog"]
     detector = configs["yolo_detector"]
     assert detector.backend == "python" and detector.parameters["onnx_file"].string_value == "model.onnx"
-    assert configs["yolo_nms"].parameters["layout"].string_value == "v8"
+    # The served graph ends with the class reduction: [N, 6, A] carried as v8_reduced, never re-inferred
+    # (this two-class head's own output is [N, 6, A] too).
+    nms = configs["yolo_nms"]
+    assert nms.parameters["layout"].string_value == "v8_reduced"
+    assert nms.parameters["raw_output"].string_value == REDUCED_OUTPUT
+    (detector_output,) = detector.output
+    assert detector_output.name == REDUCED_OUTPUT and list(detector_output.dims) == [6, 64]
+    assert detector_output.data_type == mc.TYPE_FP32
+    assert nms.input[0].name == REDUCED_OUTPUT and list(nms.input[0].dims) == [6, 64]
 
 
-def test_served_onnx_is_the_original_behind_the_normalisation_prefix(embedded_repo: Path, onnx_path: Path) -> None:
-    served = onnx.load(str(embedded_repo / "yolo_detector" / "1" / "model.onnx"))
-    assert [i.name for i in served.graph.input] == [SERVED_INPUT]
-    images = np.random.default_rng(0).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+def run_served(repository: Path, images: np.ndarray, name: str = "yolo") -> np.ndarray:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    (got,) = ort.InferenceSession(served.SerializeToString(), options).run(None, {SERVED_INPUT: images})
-    (expected,) = ort.InferenceSession(str(onnx_path), options).run(None, {"images": to_float_nchw(images)})
-    np.testing.assert_array_equal(got, expected)
+    path = repository / f"{name}_detector" / "1" / "model.onnx"
+    (out,) = ort.InferenceSession(str(path), options).run(None, {SERVED_INPUT: images})
+    return out
+
+
+def run_original(onnx_path: Path, images: np.ndarray) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    (out,) = ort.InferenceSession(str(onnx_path), options).run(None, {"images": to_float_nchw(images)})
+    return out
+
+
+def test_served_onnx_is_the_original_between_prefix_and_class_reduction(embedded_repo: Path,
+                                                                        onnx_path: Path) -> None:
+    served = onnx.load(str(embedded_repo / "yolo_detector" / "1" / "model.onnx"))
+    assert [i.name for i in served.graph.input] == [SERVED_INPUT]
+    assert [o.name for o in served.graph.output] == [REDUCED_OUTPUT]
+    images = np.random.default_rng(0).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(run_served(embedded_repo, images), reduce_v8(run_original(onnx_path, images)))
+
+
+def test_no_reduce_head_serves_the_full_head(onnx_path: Path, tmp_path: Path) -> None:
+    build_repository(onnx_path, tmp_path / "repo", BuildOptions(reduce_head=False))
+    images = np.random.default_rng(1).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(run_served(tmp_path / "repo", images), run_original(onnx_path, images))
+    nms = read_config(tmp_path / "repo" / "yolo_nms" / "config.pbtxt")
+    assert nms.parameters["layout"].string_value == "v8"
+    assert nms.parameters["raw_output"].string_value == "output0" and nms.input[0].name == "output0"
+    detector = read_config(tmp_path / "repo" / "yolo_detector" / "config.pbtxt")
+    assert [(o.name, list(o.dims)) for o in detector.output] == [("output0", [6, 64])]
+    manifest = json.loads((tmp_path / "repo" / "manifest.json").read_text())["detector"]
+    assert manifest["served_layout"] == "v8" and manifest["reduce_head"] is False
+
+
+@pytest.mark.parametrize("head", ["v5", "end2end"])
+def test_other_heads_are_served_as_exported(head: str, tmp_path: Path) -> None:
+    metadata = ultralytics_metadata(names=("a", "b"), **({"end2end": "True"} if head == "end2end" else {}))
+    path = save(make_detector(head, metadata=metadata, seed=2), tmp_path / f"{head}.onnx")
+    build_repository(path, tmp_path / "repo", BuildOptions())
+    images = np.random.default_rng(2).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(run_served(tmp_path / "repo", images), run_original(path, images))
+    nms = read_config(tmp_path / "repo" / "yolo_nms" / "config.pbtxt")
+    assert nms.parameters["layout"].string_value == head
+    manifest = json.loads((tmp_path / "repo" / "manifest.json").read_text())["detector"]
+    assert manifest["layout"] == manifest["served_layout"] == head and manifest["reduce_head"] is False
+
+
+def test_reduced_head_without_the_normalisation_prefix(tmp_path: Path) -> None:
+    path = save(make_detector("v8", num_classes=3, metadata=ultralytics_metadata(names=("a", "b", "c")), seed=4),
+                tmp_path / "three.onnx")
+    build_repository(path, tmp_path / "repo", BuildOptions(normalise_in="preprocess", target="onnxruntime"))
+    detector = read_config(tmp_path / "repo" / "yolo_detector" / "config.pbtxt")
+    assert [(o.name, list(o.dims)) for o in detector.output] == [(REDUCED_OUTPUT, [6, 64])]
+    assert [(i.name, i.data_type) for i in detector.input] == [("images", mc.TYPE_FP32)]
+    ensemble = read_config(tmp_path / "repo" / "yolo" / "config.pbtxt")
+    assert json.loads(ensemble.parameters["class_names"].string_value) == ["a", "b", "c"]
+    images = np.random.default_rng(3).random((2, 3, 64, 64), dtype=np.float32)
+    (got,) = ort.InferenceSession(str(tmp_path / "repo" / "yolo_detector" / "1" / "model.onnx")).run(
+        None, {"images": images})
+    (full,) = ort.InferenceSession(str(path)).run(None, {"images": images})
+    np.testing.assert_array_equal(got, reduce_v8(full))
 
 
 def test_copied_pipeline_imports_on_its_own(embedded_repo: Path) -> None:
@@ -155,3 +221,31 @@ def test_reduced_precision_without_a_transform_is_refused(onnx_path: Path, tmp_p
     with pytest.raises(GeneratorError, match="--precision fp16 is not available"):
         build_repository(onnx_path, tmp_path / "repo", BuildOptions(precision="fp16"))
     assert not (tmp_path / "repo").exists()
+
+
+def test_tensorrt_target_gets_the_reduced_graph(onnx_path: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan is built from the served graph, suffix included; the configs follow the plan's bindings."""
+    from generator import tensorrt_step
+    from generator.tensorrt import availability
+
+    received: list[onnx.ModelProto] = []
+
+    def fake_plan(served, info, options, trt):
+        received.append(served)
+        (output,) = served.graph.output
+        dims = [d.dim_value or -1 for d in output.type.tensor_type.shape.dim]
+        overrides = {"max_batch_size": options.max_batch, "input_name": SERVED_INPUT, "input_dtype": "TYPE_UINT8",
+                     "input_dims": [64, 64, 3], "output_name": output.name, "output_dtype": "TYPE_FP32",
+                     "output_dims": dims[1:], "cuda_graphs": False, "warmup_file": ""}
+        return tensorrt_step.TensorRTArtifacts({"1/model.plan": b"plan"}, overrides, {})
+
+    monkeypatch.setattr(availability, "require_tensorrt_and_gpu", lambda: None)
+    monkeypatch.setattr(tensorrt_step, "build_tensorrt_detector", fake_plan)
+    build_repository(onnx_path, tmp_path / "repo", BuildOptions(target="tensorrt"))
+    (served,) = received
+    assert [o.name for o in served.graph.output] == [REDUCED_OUTPUT]
+    nms = read_config(tmp_path / "repo" / "yolo_nms" / "config.pbtxt")
+    assert nms.parameters["layout"].string_value == "v8_reduced"
+    assert nms.parameters["raw_output"].string_value == REDUCED_OUTPUT
+    assert (nms.input[0].name, list(nms.input[0].dims)) == (REDUCED_OUTPUT, [6, 64])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +71,15 @@ def test_successful_build_in_process(onnx_path: Path, tmp_path: Path, capsys: py
                  "--max-batch", "2"]) == 0
     out = capsys.readouterr().out
     assert "v8 head, 2 classes, input 64x64, dynamic batch" in out
+    assert "NMS receives [N, 6, anchors] (layout v8_reduced)" in out
     assert (tmp_path / "repo" / "tiny_detector" / "config.pbtxt").is_file()
+
+
+def test_no_reduce_head_flag(onnx_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--onnx", str(onnx_path), "--output", str(tmp_path / "repo"), "--no-reduce-head"]) == 0
+    assert "NMS receives" not in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "repo" / "manifest.json").read_text())
+    assert manifest["detector"]["reduce_head"] is False and manifest["detector"]["served_layout"] == "v8"
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

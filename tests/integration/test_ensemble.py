@@ -233,6 +233,19 @@ def test_ensemble_config_carries_class_names(triton_server, reference) -> None:
     assert tuple(names) == reference.class_names
 
 
+def test_both_head_layouts_are_served(triton_server) -> None:
+    """The dynamic ensemble sends the reduced head to NMS, the static one the full v8 head."""
+    from generator.onnx_inspect import inspect_onnx
+
+    head = inspect_onnx(triton_server.onnx_path).output.shape  # [N, 4 + nc, A]
+    client = grpcclient.InferenceServerClient(triton_server.grpc_url)
+    for model, layout, rows in (("yolo", "v8_reduced", 6), ("yolo_static", "v8", head[1])):
+        nms = client.get_model_config(f"{model}_nms", as_json=True)["config"]
+        assert nms["parameters"]["layout"]["string_value"] == layout
+        detector = client.get_model_config(f"{model}_detector", as_json=True)["config"]
+        assert [int(d) for d in detector["output"][0]["dims"]] == [rows, head[2]]
+
+
 def test_validate_through_the_server_scores_what_the_reference_scores(triton_server, capsys) -> None:
     import re
 

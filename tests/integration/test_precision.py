@@ -82,8 +82,11 @@ def test_int8_graph_carries_explicit_qdq(precision_repositories) -> None:
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_precision_ensemble_serves_what_the_gate_measured(precision_server, precision_repositories, demo_onnx,
                                                           precision) -> None:
-    served_graph = precision_repositories[precision] / f"yolo_{precision}_detector" / "1" / "model.onnx"
-    reference = ReferencePipeline(served_graph, info=inspect_onnx(demo_onnx))
+    repository = precision_repositories[precision]
+    served_graph = repository / f"yolo_{precision}_detector" / "1" / "model.onnx"
+    served_layout = json.loads((repository / "manifest.json").read_text())["detector"]["served_layout"]
+    assert served_layout == "v8_reduced"
+    reference = ReferencePipeline(served_graph, info=inspect_onnx(demo_onnx), layout=served_layout)
     images = [encode(make_scene(np.random.default_rng(40 + i), 1280, 720).image) for i in range(3)]
     served = infer(precision_server, f"yolo_{precision}", images)
     expected_all = reference.detect_many(images)

@@ -9,7 +9,7 @@ import pytest
 
 from generator.pipeline import nms as nms_module
 from generator.pipeline.letterbox import Letterbox, letterbox
-from generator.pipeline.nms import Detections, decode_head, nms, postprocess
+from generator.pipeline.nms import Detections, boxes_and_best_scores, decode_head, nms, postprocess
 
 
 def iou(a: list[float], b: list[float]) -> float:
@@ -284,3 +284,96 @@ def test_an_absurd_box_does_not_disable_suppression_for_the_batch() -> None:
     assert batched.num_detections[:, 0].tolist() == [1, 1]
     alone = postprocess(raw[1:], "v8", params[1:], 0.25, 0.45, 10)
     np.testing.assert_array_equal(batched.boxes[1], alone.boxes[0])
+
+
+# --- v8_reduced: the v8 head after the served graph's class max/arg-max (generator.graph_suffix) ------
+
+
+def reduce_v8(raw: np.ndarray) -> np.ndarray:
+    """numpy twin of the graph suffix: boxes, best score (NaN if any class score is), first arg-max."""
+    scores = raw[:, 4:, :]
+    best = scores.max(axis=1, keepdims=True)  # numpy's max propagates NaN
+    classes = scores.argmax(axis=1)[:, None, :].astype(raw.dtype)
+    return np.concatenate([raw[:, :4, :], best, classes], axis=1)
+
+
+def assert_same_detections(got: Detections, expected: Detections) -> None:
+    for field in ("num_detections", "boxes", "scores", "classes"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(expected, field), err_msg=field)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_reduced_head_gives_exactly_the_v8_detections(seed: int) -> None:
+    rng = np.random.default_rng(300 + seed)
+    batch, anchors, nc = int(rng.integers(1, 5)), int(rng.integers(1, 400)), int(rng.integers(1, 12))
+    raw = random_head(rng, "v8", batch, anchors, nc)
+    # Quantised scores: many anchors have two classes tied at their best score.
+    raw[:, 4:, :] = np.round(raw[:, 4:, :] * 8) / 8
+    params = random_params(rng, batch)
+    conf, iou_threshold, max_det = float(rng.uniform(0.05, 0.5)), float(rng.uniform(0.2, 0.8)), int(rng.integers(1, 60))
+    expected = postprocess(raw, "v8", params, conf, iou_threshold, max_det)
+    assert_same_detections(postprocess(reduce_v8(raw), "v8_reduced", params, conf, iou_threshold, max_det), expected)
+
+
+def test_reduced_head_with_non_finite_values_and_ties() -> None:
+    raw = np.zeros((1, 4 + 3, 8), dtype=np.float32)
+    raw[0, :4, :] = np.array([[10 + 100 * i, 10, 20, 20] for i in range(8)], dtype=np.float32).T
+    raw[0, 4:, :] = 0.1
+    raw[0, 4:, 0] = [0.5, 0.9, 0.9]  # tie: class 1, the first of the best
+    raw[0, 4:, 1] = [0.9, np.nan, 0.2]  # one NaN class score: the v8 decode drops the anchor
+    raw[0, 4:, 2] = np.nan
+    raw[0, 4:, 3] = [0.3, np.inf, 0.2]
+    raw[0, 4:, 4] = [-np.inf, 0.8, 0.2]  # -inf is just a low score
+    raw[0, 0, 5], raw[0, 4, 5] = np.nan, 0.9  # NaN box
+    raw[0, 2, 6], raw[0, 6, 6] = np.inf, 0.9  # infinite box
+    raw[0, 4:, 7] = [0.7, 0.7, 0.7]  # three-way tie: class 0
+    params = Letterbox(0, 0, 1, 1, 1000, 1000).as_array()[None]
+    expected = postprocess(raw, "v8", params, 0.25, 0.45, 10)
+    got = postprocess(reduce_v8(raw), "v8_reduced", params, 0.25, 0.45, 10)
+    assert_same_detections(got, expected)
+    assert got.num_detections[0, 0] == 3
+    np.testing.assert_array_equal(got.classes[0, :3], [1, 1, 0])
+
+
+def test_reduced_head_drops_a_nan_class_id() -> None:
+    raw = np.zeros((1, 6, 2), dtype=np.float32)
+    raw[0, :, 0] = [100, 100, 20, 20, 0.9, np.nan]
+    raw[0, :, 1] = [300, 100, 20, 20, 0.8, 3]
+    out = postprocess(raw, "v8_reduced", Letterbox(0, 0, 1, 1, 640, 640).as_array()[None], 0.25, 0.45, 10)
+    assert out.num_detections[0, 0] == 1 and out.classes[0, 0] == 3
+
+
+def test_reduced_head_is_not_read_as_a_two_class_head() -> None:
+    # Same [N, 6, A] array, two readings: the layout decides, not the shape.
+    raw = np.zeros((1, 6, 1), dtype=np.float32)
+    raw[0, :, 0] = [100, 100, 20, 20, 0.6, 4]
+    params = Letterbox(0, 0, 1, 1, 640, 640).as_array()[None]
+    reduced = postprocess(raw, "v8_reduced", params, 0.25, 0.45, 10)
+    assert reduced.classes[0, 0] == 4 and reduced.scores[0, 0] == pytest.approx(0.6)
+    two_class = postprocess(raw, "v8", params, 0.25, 0.45, 10)
+    assert two_class.classes[0, 0] == 1 and two_class.scores[0, 0] == 4
+
+
+@pytest.mark.parametrize("layout", ["v8", "v5", "end2end"])
+def test_boxes_and_best_scores_agree_with_the_decode(layout: str) -> None:
+    rng = np.random.default_rng(7)
+    raw = random_head(rng, layout, 2, 50, 3)
+    boxes, best = boxes_and_best_scores(raw, layout)
+    assert boxes.shape == (2, 50, 4) and best.shape == (2, 50)
+    found = decode_head(raw, layout, 0.0)
+    image, anchor = np.nonzero(best > 0.0)
+    np.testing.assert_array_equal(image, found.image)
+    np.testing.assert_array_equal(best[image, anchor], found.scores)
+    if layout == "end2end":
+        np.testing.assert_array_equal(boxes[image, anchor], found.boxes)
+
+
+def test_boxes_and_best_scores_of_a_reduced_head_equal_the_full_heads() -> None:
+    rng = np.random.default_rng(8)
+    raw = random_head(rng, "v8", 3, 70, 5)
+    raw[1, 6, 3] = np.nan
+    full_boxes, full_best = boxes_and_best_scores(raw, "v8")
+    reduced_boxes, reduced_best = boxes_and_best_scores(reduce_v8(raw), "v8_reduced")
+    np.testing.assert_array_equal(reduced_boxes, full_boxes)
+    np.testing.assert_array_equal(reduced_best, full_best)
+    assert np.isnan(reduced_best[1, 3])
