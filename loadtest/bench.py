@@ -65,9 +65,10 @@ def _detector_config(repository: Path, model: str) -> Any:
 
 @dataclass(frozen=True)
 class ServedDetector:
-    """What the repository's embedded detector step runs, and a letterboxed input as that step gets it."""
+    """The detector to time as the raw ceiling, the served step's topology, and a letterboxed input for it."""
 
     onnx: Path
+    baseline: str  # which graph ``onnx`` is: the exported source or the served graph
     intra_op_threads: int
     instances: int
     max_batch: int
@@ -75,8 +76,28 @@ class ServedDetector:
     prepared: Any  # numpy [N, ...] in the detector's input dtype and layout
 
 
+def _source_onnx(repository: Path) -> Path | None:
+    """The exported ONNX the repository was built from, when it is here unchanged and served in FP32."""
+    import hashlib
+
+    manifest_path = repository / "manifest.json"
+    if not manifest_path.is_file():
+        return None
+    manifest = json.loads(manifest_path.read_text())
+    recorded = manifest.get("source_onnx") or {}
+    source = Path(recorded.get("path") or "")
+    if manifest.get("precision") != "fp32" or not source.is_file():
+        return None
+    return source if hashlib.sha256(source.read_bytes()).hexdigest() == recorded.get("sha256") else None
+
+
 def served_detector(repository: Path, model: str, images: list[bytes]) -> ServedDetector | str:
-    """Read the detector step of ``repository``; a reason string when it does not run in this process."""
+    """Read the detector step of ``repository``; a reason string when it does not run in this process.
+
+    The raw ceiling is the user's exported detector on letterboxed float tensors whenever the manifest
+    points to it (FP32 builds): what the served graph adds (normalisation prefix, class reduction) is
+    then part of the ensemble's cost, not hidden in the ceiling. Precision builds time the served graph.
+    """
     import numpy as np
     from tritonclient.grpc import model_config_pb2
 
@@ -91,11 +112,20 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     channels_last = dims[-1] == 3
     height, width = (dims[0], dims[1]) if channels_last else (dims[1], dims[2])
     prepared = prepare_batch(images, (height, width)).images  # uint8 BGR NHWC, like the preprocess step
-    if tensor.data_type != model_config_pb2.TYPE_UINT8:  # the detector wants float NCHW RGB /255
+    onnx_path = repository / f"{model}_detector" / "1" / params["onnx_file"]
+    baseline = "served graph"
+    source = _source_onnx(repository)
+    if source is not None:
+        from generator.onnx_inspect import inspect_onnx
+
+        onnx_path, baseline = source, "exported source ONNX (float NCHW input)"
+        prepared = to_float_nchw(prepared, np.dtype(inspect_onnx(source, (height, width)).input.numpy_dtype))
+    elif tensor.data_type != model_config_pb2.TYPE_UINT8:  # the detector wants float NCHW RGB /255
         dtype = np.float16 if tensor.data_type == model_config_pb2.TYPE_FP16 else np.float32
         prepared = to_float_nchw(prepared, dtype)
     return ServedDetector(
-        onnx=repository / f"{model}_detector" / "1" / params["onnx_file"],
+        onnx=onnx_path,
+        baseline=baseline,
         intra_op_threads=int(params.get("intra_op_threads", "0")),
         instances=sum(group.count for group in config.instance_group) or 1,
         max_batch=max(config.max_batch_size, 1),
@@ -116,7 +146,8 @@ def raw_detector(repository: Path, model: str, images: list[bytes], iterations: 
         return {"skipped": detector}
     prepared = detector.prepared
     runner = OnnxRunner(str(detector.onnx), intra_op_threads=detector.intra_op_threads)
-    results: dict[str, Any] = {"onnx": str(detector.onnx), "intra_op_threads": detector.intra_op_threads,
+    results: dict[str, Any] = {"onnx": str(detector.onnx), "baseline": detector.baseline,
+                               "intra_op_threads": detector.intra_op_threads,
                                "instances": detector.instances, "input": detector.input_dims,
                                "static_batch": runner.static_batch, "batches": []}
     for batch in batches:

@@ -135,7 +135,7 @@ def paired_rounds(grpc_url: str, http_url: str, metrics_url: str, repository: Pa
                if any(r[key] is not None for r in rounds)}
     return {
         "settings": {**asdict(settings), "size": list(settings.size)},
-        "detector": {"onnx": str(detector.onnx), "instances": detector.instances,
+        "detector": {"onnx": str(detector.onnx), "baseline": detector.baseline, "instances": detector.instances,
                      "intra_op_threads": detector.intra_op_threads,
                      "per_core_sessions": len(topologies["per_core"])},
         "rounds": rounds,
@@ -150,7 +150,7 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
     s, d = paired["settings"], paired["detector"]
     lines = [
         f"{s['protocol']} {s['size'][0]}x{s['size'][1]} JPEG; {s['rounds']} rounds of {s['window_s']} s windows. "
-        f"Raw topologies at batch 1: served = {d['instances']} session(s) x intra-op threads "
+        f"Raw detector: {d.get('baseline', 'served graph')}. Raw topologies at batch 1: served = {d['instances']} session(s) x intra-op threads "
         f"{d['intra_op_threads']}, single = 1 of them, per-core = {d['per_core_sessions']} x 1 thread. "
         f"Ensemble throughput at concurrency {s['concurrency']}, latency at concurrency 1.",
         "",

@@ -40,6 +40,8 @@ def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp
     assert [b["batch"] for b in raw["batches"]] == [1, 2]
     assert all(b["p50_ms"] > 0 and b["images_per_s"] > 0 for b in raw["batches"])
     assert raw["instances"] >= 1
+    # An FP32 build is timed against the exported source ONNX: the served graph's additions count as cost.
+    assert raw["baseline"].startswith("exported source") and results["paired"]["detector"]["baseline"] == raw["baseline"]
 
     name = triton_server.model_name
     cells = results["ensemble"]
