@@ -159,7 +159,9 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     raw = results.get("raw_detector", {})
     lines += ["", "## (a) Raw detector in-process (ONNX Runtime, letterboxed input)", ""]
     if "batches" in raw:
-        lines += [f"ONNX `{Path(raw['onnx']).name}` ({raw.get('baseline', 'served graph')}), intra-op threads {raw['intra_op_threads']}, input {raw['input']}; "
+        lines += [f"ONNX `{Path(raw['onnx']).name}` ({raw.get('baseline', 'served graph')}), intra-op threads {raw['intra_op_threads']}, "
+                  f"{'spinning worker threads (ONNX Runtime default)' if raw.get('spinning') else 'no spinning'}, "
+                  f"input {raw['input']}; "
                   f"one session (the repository serves {raw.get('instances', 1)} instance(s)).", "",
                   "| batch | p50 ms | p95 ms | mean ms | images/s |", "|---:|---:|---:|---:|---:|"]
         lines += [f"| {b['batch']} | {b['p50_ms']} | {b['p95_ms']} | {b['mean_ms']} | {b['images_per_s']} |"
