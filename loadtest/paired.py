@@ -129,7 +129,7 @@ def paired_rounds(grpc_url: str, http_url: str, metrics_url: str, repository: Pa
                  f"{raw['served'][0]:.2f} / best {best_raw:.2f} img/s "
                  f"(x{record['ratio_same_topology']} / x{record['ratio_best_raw']}); c=1 p50 "
                  f"{record['ensemble_p50_c1_ms']} vs raw {raw['single'][1]:.1f} ms "
-                 f"(+{record['added_p50_c1_ms']}, in Triton +{record['added_in_triton_c1_ms']})")
+                 f"(added {record['added_p50_c1_ms']}, in Triton {record['added_in_triton_c1_ms']})")
     summary = {key: _median_range([r[key] for r in rounds if r[key] is not None])
                for key in ("ratio_same_topology", "ratio_best_raw", "added_p50_c1_ms", "added_in_triton_c1_ms")
                if any(r[key] is not None for r in rounds)}
