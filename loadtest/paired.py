@@ -72,7 +72,7 @@ def _topologies(detector: ServedDetector) -> dict[str, list[Any]]:
     cores = len(os.sched_getaffinity(0))
     return {
         "served": sessions(detector.instances, detector.intra_op_threads),  # spinning off, as served
-        "single": sessions(1, detector.intra_op_threads, spin=True),  # ONNX Runtime's defaults
+        "single": sessions(1, 0, spin=True),  # ONNX Runtime's defaults: every core, spinning
         "per_core": sessions(cores, 1),
     }
 
