@@ -153,6 +153,19 @@ def _manifest(onnx_path: Path, info: DetectorInfo, served_layout: str, options: 
     return record.to_json()
 
 
+def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str, str]]:
+    """Parameters the Python-backend steps read from their configs, beyond what the templates derive."""
+    extra: dict[str, dict[str, str]] = {"detector": {}, "nms": {"raw_output": head_name}}
+    if options.target == "embedded":
+        # Every step marks itself running, so the CPU detector can tell a lone request (every core,
+        # spinning workers) from one that shares the machine (pipeline/activity.py).
+        shared = {"activity_lock": options.name}
+        extra["preprocess"] = dict(shared)
+        extra["nms"].update(shared)
+        extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads), **shared}
+    return extra
+
+
 def build_repository(
     onnx_path: Path,
     output: Path,
@@ -197,11 +210,7 @@ def build_repository(
         overrides, plan = artifacts.overrides, artifacts.manifest
     else:
         files[f"{names['detector']}/1/model.onnx"] = served.SerializeToString()
-    extra = {
-        "detector": {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}
-        if options.target == "embedded" else {},
-        "nms": {"raw_output": info_served.output.name},
-    }
+    extra = step_parameters(options, info_served.output.name)
     rendered = render_models(info_served, options, extra, detector_overrides=overrides)
     for model_name, r in rendered.items():
         files[f"{model_name}/config.pbtxt"] = r.text.encode()

@@ -62,12 +62,15 @@ class BuildOptions:
     queue_timeout_us: int = 5_000_000
     max_queue_size: int = 64
     preprocess_instances: int = 1
-    # Two detector instances: at concurrency 1 one of them runs with every core; under load both run,
-    # which on CPU beats one session's intra-op scaling (yolov8n, 2 cores: two sessions 13.8-14.0 img/s,
-    # one 10.6-11.9) and on a GPU overlaps one instance's copies with the other's compute.
+    # Two detector instances: under load both run, which on CPU beats one session's intra-op scaling
+    # (yolov8n, 2 cores: two sessions 13.8-14.0 img/s, one 10.6-11.9) and on a GPU overlaps one
+    # instance's copies with the other's compute.
     detector_instances: int = 2
     nms_instances: int = 1
-    detector_threads: int = 0  # 0: ONNX Runtime picks (all cores)
+    # Embedded detector: intra-op threads of a run that shares the machine with other steps (0: all cores).
+    # One per instance is the fastest topology under load; a request running alone always gets every
+    # core with spinning workers (generator/pipeline/activity.py).
+    detector_threads: int = 1
 
     def __post_init__(self) -> None:
         validate_model_name(self.name)

@@ -31,6 +31,10 @@ COUNTERS = (
     "nv_inference_compute_infer_duration_us",
     "nv_inference_compute_output_duration_us",
 )
+# The embedded detector's runs by session: "alone" (every core, spinning) or "shared" (see
+# generator/pipeline/activity.py); kept per session as "<name>:<session>".
+DETECTOR_RUNS = "ensemble_detector_runs_total"
+DETECTOR_SESSIONS = ("alone", "shared")
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,16 @@ def model_counters(samples: list[Sample]) -> Snapshot:
     snapshot: Snapshot = {}
     for sample in samples:
         model = sample.labels.get("model")
-        if model is None or sample.name not in COUNTERS or math.isnan(sample.value):
+        if model is None or math.isnan(sample.value):
+            continue
+        if sample.name in COUNTERS:
+            key = sample.name
+        elif sample.name == DETECTOR_RUNS and sample.labels.get("session") in DETECTOR_SESSIONS:
+            key = f"{DETECTOR_RUNS}:{sample.labels['session']}"
+        else:
             continue
         counters = snapshot.setdefault(model, dict.fromkeys(COUNTERS, 0.0))
-        counters[sample.name] += sample.value
+        counters[key] = counters.get(key, 0.0) + sample.value
     return snapshot
 
 
@@ -108,6 +118,9 @@ class StageStats:
     compute_input_us: float | None
     compute_infer_us: float | None
     compute_output_us: float | None
+    # Embedded detector only: runs on the every-core session (nothing else running) and the shared one.
+    runs_alone: int | None = None
+    runs_shared: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,6 +137,8 @@ def stage_deltas(before: Snapshot, after: Snapshot) -> dict[str, StageStats]:
         start = before.get(model, dict.fromkeys(COUNTERS, 0.0))
         d = {name: end[name] - start.get(name, 0.0) for name in COUNTERS}
         ok = d["nv_inference_request_success"]
+        runs = {session: int(end[key] - start.get(key, 0.0)) for session in DETECTOR_SESSIONS
+                if (key := f"{DETECTOR_RUNS}:{session}") in end}
         result[model] = StageStats(
             requests=int(ok),
             failures=int(d["nv_inference_request_failure"]),
@@ -137,6 +152,8 @@ def stage_deltas(before: Snapshot, after: Snapshot) -> dict[str, StageStats]:
             compute_input_us=_per(d["nv_inference_compute_input_duration_us"], ok),
             compute_infer_us=_per(d["nv_inference_compute_infer_duration_us"], ok),
             compute_output_us=_per(d["nv_inference_compute_output_duration_us"], ok),
+            runs_alone=runs.get("alone"),
+            runs_shared=runs.get("shared"),
         )
     return result
 
@@ -156,4 +173,7 @@ def stages_table(stages: dict[str, StageStats]) -> list[str]:
             f"| {model} | {s.requests} | {s.failures} | {fmt(s.avg_batch)} | {fmt(s.request_us)} | {fmt(s.queue_us)} "
             f"| {fmt(s.compute_input_us)} | {fmt(s.compute_infer_us)} | {fmt(s.compute_output_us)} |"
         )
+    for model, s in stages.items():
+        if s.runs_alone is not None and s.runs_shared is not None:
+            lines.append(f"\n{model}: {s.runs_alone} of {s.runs_alone + s.runs_shared} runs alone (every core)")
     return lines

@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=(BuildOptions.preprocess_instances, BuildOptions.detector_instances,
                                  BuildOptions.nms_instances),
                         help="instance counts of preprocess, detector, nms")
-    parser.add_argument("--detector-threads", type=int, default=0,
-                        help="ONNX Runtime intra-op threads of the embedded detector (0: all cores)")
+    parser.add_argument("--detector-threads", type=int, default=BuildOptions.detector_threads,
+                        help="ONNX Runtime intra-op threads of an embedded detector run while other steps "
+                             "run (0: all cores); a request running alone always gets every core")
     parser.add_argument("--force", action="store_true", help="replace an --output this tool did not write")
     trt = parser.add_argument_group("TensorRT plan (--target tensorrt, on the serving GPU)")
     trt.add_argument("--opt-batch", type=int, default=None, help="profile opt batch (default: --max-batch)")

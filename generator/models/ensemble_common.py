@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from ensemble_pipeline.activity import Activity, lock_path
 
 
 def parameters(args: dict[str, str]) -> dict[str, str]:
     config = json.loads(args["model_config"])
     return {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+
+
+def activity(args: dict[str, str]) -> Activity | None:
+    """The ensemble's shared record of running steps, when the build asked for one (embedded target)."""
+    ensemble = parameters(args).get("activity_lock")
+    if not ensemble:
+        return None
+    return Activity(lock_path(str(Path(args["model_repository"]).parent), ensemble))
+
+
+def running(record: Activity | None) -> AbstractContextManager[None]:
+    return record.running() if record is not None else nullcontext()
 
 
 def stack_inputs(requests: list[Any], name: str) -> tuple[np.ndarray, list[int]]:

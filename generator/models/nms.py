@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ensemble_common import failed, parameters, split_responses, stack_inputs
+from ensemble_common import activity, failed, parameters, running, split_responses, stack_inputs
 from ensemble_pipeline.nms import postprocess
 
 
@@ -16,12 +16,14 @@ class TritonPythonModel:
         self.conf = float(params["conf_threshold"])
         self.iou = float(params["iou_threshold"])
         self.max_det = int(params["max_detections"])
+        self.activity = activity(args)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
             raw, sizes = stack_inputs(requests, self.raw_name)
             letterbox, _ = stack_inputs(requests, "LETTERBOX")
-            out = postprocess(raw, self.layout, letterbox, self.conf, self.iou, self.max_det)
+            with running(self.activity):
+                out = postprocess(raw, self.layout, letterbox, self.conf, self.iou, self.max_det)
             return split_responses({
                 "num_detections": out.num_detections,
                 "detection_boxes": out.boxes,

@@ -7,7 +7,7 @@ from typing import Any
 import cv2
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from ensemble_common import failed, parameters
+from ensemble_common import activity, failed, parameters, running
 from ensemble_pipeline.batch import prepare_batch, to_float_nchw
 from ensemble_pipeline.images import ImageLimits
 
@@ -27,10 +27,12 @@ class TritonPythonModel:
         self.reduced_decode = params["reduced_decode"] == "true"
         # uint8: letterboxed BGR NHWC, normalised inside the detector graph; otherwise float NCHW RGB /255.
         self.output_dtype = np.dtype(params["output_dtype"])
+        self.activity = activity(args)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
-            return self._execute(requests)
+            with running(self.activity):
+                return self._execute(requests)
         except Exception as exc:  # noqa: BLE001 -- the client must never see a traceback
             return failed(requests, "preprocess", exc)
 

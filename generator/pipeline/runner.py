@@ -14,7 +14,7 @@ import numpy as np
 
 class OnnxRunner:
     def __init__(self, path: str, intra_op_threads: int = 0, inter_op_threads: int = 1,
-                 spin_wait: bool = False) -> None:
+                 spin_wait: bool = False, stop_spinning: bool = False) -> None:
         import onnxruntime as ort  # heavy; only the detector step needs it
 
         options = ort.SessionOptions()
@@ -23,6 +23,8 @@ class OnnxRunner:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # Spinning worker threads burn the cores the preprocess and NMS steps need between batches.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
+        if stop_spinning:  # spin within a run only; park the workers as soon as it returns
+            options.add_session_config_entry("session.force_spinning_stop", "1")
         self._session: Any = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         (model_input,) = self._session.get_inputs()
         self.input_name: str = model_input.name

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
+from generator.build import step_parameters
 from generator.errors import ConfigError
 from generator.onnx_inspect import DetectorInfo, TensorInfo
 from generator.render import (
@@ -25,7 +26,7 @@ from generator.spec import BuildOptions
 GOLDEN = Path(__file__).parent / "golden"
 # Regenerate with UPDATE_GOLDEN=1 after an intended template change, then read the diff.
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
-EXTRA = {"detector": {"onnx_file": "model.onnx", "intra_op_threads": "0"}, "nms": {"raw_output": "output0"}}
+EXTRA = step_parameters(BuildOptions(), "output0")
 
 
 def served(static_batch: int | None = None, names: tuple[str, ...] = ("a", "b"),
