@@ -146,6 +146,7 @@ def _manifest(onnx_path: Path, info: DetectorInfo, served_layout: str, options: 
                 "class_names": list(info.class_names),
                 "normalise_in": options.normalise_in,
                 "reduced_decode": options.reduced_decode,
+                "alone_session": options.target == "embedded" and options.alone_session,
             },
             "precision_facts": precision_facts,
         },
@@ -157,12 +158,12 @@ def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str
     """Parameters the Python-backend steps read from their configs, beyond what the templates derive."""
     extra: dict[str, dict[str, str]] = {"detector": {}, "nms": {"raw_output": head_name}}
     if options.target == "embedded":
+        extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}
+    if options.target == "embedded" and options.alone_session:
         # Every step marks itself running, so the CPU detector can tell a lone request (every core,
         # spinning workers) from one that shares the machine (pipeline/activity.py).
-        shared = {"activity_lock": options.name}
-        extra["preprocess"] = dict(shared)
-        extra["nms"].update(shared)
-        extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads), **shared}
+        for step in ("preprocess", "detector", "nms"):
+            extra.setdefault(step, {})["activity_lock"] = options.name
     return extra
 
 

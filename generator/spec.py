@@ -71,6 +71,7 @@ class BuildOptions:
     # One per instance is the fastest topology under load; a request running alone always gets every
     # core with spinning workers (generator/pipeline/activity.py).
     detector_threads: int = 1
+    alone_session: bool = True  # False: the embedded detector always runs on the detector_threads session
 
     def __post_init__(self) -> None:
         validate_model_name(self.name)

@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--detector-threads", type=int, default=BuildOptions.detector_threads,
                         help="ONNX Runtime intra-op threads of an embedded detector run while other steps "
                              "run (0: all cores); a request running alone always gets every core")
+    parser.add_argument("--no-alone-session", action="store_true",
+                        help="embedded detector: always run on the --detector-threads session, even when no "
+                             "other step is running (steadier latency under light load, slower lone requests)")
     parser.add_argument("--force", action="store_true", help="replace an --output this tool did not write")
     trt = parser.add_argument_group("TensorRT plan (--target tensorrt, on the serving GPU)")
     trt.add_argument("--opt-batch", type=int, default=None, help="profile opt batch (default: --max-batch)")
@@ -93,6 +96,7 @@ def options_from_args(args: argparse.Namespace) -> BuildOptions:
         detector_instances=args.instances[1],
         nms_instances=args.instances[2],
         detector_threads=args.detector_threads,
+        alone_session=not args.no_alone_session,
     )
 
 

@@ -185,6 +185,23 @@ def test_onnxruntime_target_has_no_python_detector(onnx_path: Path, tmp_path: Pa
     assert read_config(tmp_path / "repo" / "det" / "config.pbtxt").name == "det"
 
 
+def test_embedded_steps_share_one_activity_lock(embedded_repo: Path) -> None:
+    for step in STEPS:
+        assert read_config(embedded_repo / step / "config.pbtxt").parameters["activity_lock"].string_value == "yolo"
+    assert read_config(embedded_repo / "yolo_detector" / "config.pbtxt").parameters[
+        "intra_op_threads"].string_value == "1"
+    assert json.loads((embedded_repo / "manifest.json").read_text())["detector"]["alone_session"] is True
+
+
+@pytest.mark.parametrize("options", [BuildOptions(alone_session=False, detector_threads=0),
+                                     BuildOptions(target="onnxruntime")])
+def test_no_activity_lock_without_the_alone_session(onnx_path: Path, tmp_path: Path, options: BuildOptions) -> None:
+    build_repository(onnx_path, tmp_path / "repo", options)
+    for step in STEPS:
+        assert "activity_lock" not in read_config(tmp_path / "repo" / step / "config.pbtxt").parameters
+    assert json.loads((tmp_path / "repo" / "manifest.json").read_text())["detector"]["alone_session"] is False
+
+
 def test_rebuild_replaces_a_previous_build(onnx_path: Path, tmp_path: Path) -> None:
     output = tmp_path / "repo"
     build_repository(onnx_path, output, BuildOptions(name="first"))

@@ -82,6 +82,13 @@ def test_no_reduce_head_flag(onnx_path: Path, tmp_path: Path, capsys: pytest.Cap
     assert manifest["detector"]["reduce_head"] is False and manifest["detector"]["served_layout"] == "v8"
 
 
+def test_no_alone_session_flag(onnx_path: Path, tmp_path: Path) -> None:
+    assert main(["build", "--onnx", str(onnx_path), "--output", str(tmp_path / "repo"), "--no-alone-session",
+                 "--detector-threads", "0"]) == 0
+    detector = (tmp_path / "repo" / "yolo_detector" / "config.pbtxt").read_text()
+    assert "activity_lock" not in detector and 'string_value: "0"' in detector
+
+
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--name", "../x"], "invalid --name '../x'"),
     (["--max-batch", "0"], "--max-batch must be between 1 and 1024"),
