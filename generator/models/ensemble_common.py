@@ -22,7 +22,13 @@ def activity(args: dict[str, str]) -> Activity | None:
     ensemble = parameters(args).get("activity_lock")
     if not ensemble:
         return None
-    return Activity(lock_path(str(Path(args["model_repository"]).parent), ensemble))
+    path = lock_path(str(Path(args["model_repository"]).parent), ensemble)
+    try:
+        return Activity(path)
+    except OSError as exc:  # e.g. a read-only temp directory: serve, only without the alone session
+        pb_utils.Logger.log_warn(f"cannot open the activity lock {path} ({exc}); the detector will not "
+                                 "take every core for lone requests")
+        return None
 
 
 def running(record: Activity | None) -> AbstractContextManager[None]:

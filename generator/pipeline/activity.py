@@ -20,14 +20,17 @@ from pathlib import Path
 
 
 def lock_path(repository: str, ensemble: str) -> Path:
-    """One lock file per served ensemble (same repository and name: same file in every step's process)."""
+    """One lock file per served ensemble (same repository and name: same file in every step's process).
+
+    The user id is part of the name, so another user's server on the same paths cannot own the file.
+    """
     digest = hashlib.sha256(f"{Path(repository).resolve()}\0{ensemble}".encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"triton-ensemble-{digest}.lock"
+    return Path(tempfile.gettempdir()) / f"triton-ensemble-{os.getuid()}-{digest}.lock"
 
 
 class Activity:
     def __init__(self, path: str | Path) -> None:
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 
     @contextmanager
     def running(self) -> Iterator[None]:
