@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import LoadTestError, RunError
 from .images import synthetic_images
-from .metrics import snapshot, stage_deltas
+from .metrics import settled_snapshot, stage_deltas
 from .report import LatencyPoint, point_from_latencies
 
 OUTPUT_NAMES = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
@@ -283,12 +283,12 @@ def ensemble_cells(endpoints: Endpoints, settings: BenchSettings,
                 before: dict[str, Any] = {}
 
                 def scrape_start(store: dict[str, Any] = before) -> None:
-                    store["snapshot"] = snapshot(endpoints.metrics)
+                    store["snapshot"] = settled_snapshot(endpoints.metrics)  # warm-up runs counted first
 
                 latencies, failures, elapsed, errors = closed_loop(
                     make, images, concurrency, settings.duration_s, settings.warmup_requests, scrape_start
                 )
-                stages = stage_deltas(before["snapshot"], snapshot(endpoints.metrics))
+                stages = stage_deltas(before["snapshot"], settled_snapshot(endpoints.metrics))
                 label = f"{protocol} {width}x{height}"
                 point = point_from_latencies("bench", concurrency, latencies, failures, elapsed, label)
                 cells.append({

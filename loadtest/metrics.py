@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -32,9 +33,12 @@ COUNTERS = (
     "nv_inference_compute_output_duration_us",
 )
 # The embedded detector's runs by session: "alone" (every core, spinning) or "shared" (see
-# generator/pipeline/activity.py); kept per session as "<name>:<session>".
+# generator/pipeline/activity.py); kept per session as "<name>:<session>". The detector publishes them
+# in bulk once idle for 0.1 s (at least every second), so a snapshot that bounds a measurement window
+# waits for them: settled_snapshot.
 DETECTOR_RUNS = "ensemble_detector_runs_total"
 DETECTOR_SESSIONS = ("alone", "shared")
+PUBLISH_LAG_S = 0.4
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,12 @@ def scrape(metrics_url: str, timeout_s: float = 5.0) -> str:
 
 def snapshot(metrics_url: str) -> Snapshot:
     return model_counters(parse_prometheus(scrape(metrics_url)))
+
+
+def settled_snapshot(metrics_url: str) -> Snapshot:
+    """A snapshot taken after the Python steps have published what they counted (load just stopped)."""
+    time.sleep(PUBLISH_LAG_S)
+    return snapshot(metrics_url)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 from .bench import ServedDetector, client_factory, closed_loop, served_detector
 from .errors import LoadTestError
 from .images import synthetic_images
-from .metrics import StageStats, snapshot, stage_deltas
+from .metrics import StageStats, settled_snapshot, stage_deltas
 
 
 @dataclass(frozen=True)
@@ -110,11 +110,11 @@ def paired_rounds(grpc_url: str, http_url: str, metrics_url: str, repository: Pa
     rounds: list[dict[str, Any]] = []
     for index in range(settings.rounds):
         raw = {name: _drive(runners, tensor, settings.window_s) for name, runners in topologies.items()}
-        before_busy = snapshot(metrics_url)
+        before_busy = settled_snapshot(metrics_url)
         busy, failures, elapsed, _ = closed_loop(make, images, settings.concurrency, settings.window_s, 1)
-        before = snapshot(metrics_url)
+        before = settled_snapshot(metrics_url)
         single, failures_c1, _, _ = closed_loop(make, images, 1, settings.window_s, 1)
-        stages = stage_deltas(before, snapshot(metrics_url))
+        stages = stage_deltas(before, settled_snapshot(metrics_url))
         busy_detector = stage_deltas(before_busy, before).get(f"{settings.model}_detector")
         ensemble_rps = len(busy) / elapsed
         best_raw = max(ips for ips, _ in raw.values())

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 from generator.pipeline.activity import Activity, lock_path
 from generator.reference import ReferencePipeline
 from generator.synthetic import encode, make_scene
-from loadtest.metrics import parse_prometheus
+from loadtest.metrics import PUBLISH_LAG_S, parse_prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +121,7 @@ def test_concurrent_requests_are_batched_and_split_back(triton_server, reference
 
 def detector_runs(server, model: str) -> dict[str, float]:
     """The detector's runs per session (alone: every core, spinning; shared) from Triton's metrics."""
+    time.sleep(PUBLISH_LAG_S)  # the detector publishes its counts once idle
     with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10) as response:
         samples = parse_prometheus(response.read().decode())
     return {s.labels["session"]: s.value for s in samples
