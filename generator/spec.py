@@ -92,6 +92,8 @@ class BuildOptions:
         for key in ("preprocess_instances", "detector_instances", "nms_instances"):
             if not 1 <= getattr(self, key) <= 64:
                 raise SpecError(f"{key.replace('_', '-')} must be between 1 and 64")
+        if not 0 <= self.detector_threads <= 1024:
+            raise SpecError(f"--detector-threads must be between 0 (all cores) and 1024, got {self.detector_threads}")
         if self.normalise_in not in ("graph", "preprocess"):
             raise SpecError(f"--normalise-in must be 'graph' or 'preprocess', got {self.normalise_in!r}")
         if self.queue_delay_us < 0 or self.queue_timeout_us < 0 or self.max_queue_size < 0:

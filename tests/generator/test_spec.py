@@ -53,6 +53,7 @@ def test_defaults_and_model_names() -> None:
     ("preprocess_instances", 0, "preprocess-instances must be between 1 and 64"),
     ("detector_instances", 65, "detector-instances"),
     ("nms_instances", 0, "nms-instances"),
+    ("detector_threads", -1, "--detector-threads must be between 0"),
     ("queue_delay_us", -1, "queue settings must not be negative"),
     ("max_queue_size", -1, "queue settings"),
 ])
@@ -65,6 +66,7 @@ def test_out_of_range_options_are_refused(field: str, value: object, message: st
     ("max_batch", 1), ("max_batch", 1024), ("conf_threshold", 0.0), ("conf_threshold", 0.999),
     ("iou_threshold", 1.0), ("max_detections", 1), ("max_detections", 10000), ("image_size", (32, 8192)),
     ("target", "onnxruntime"), ("target", "tensorrt"), ("precision", "fp16"), ("precision", "int8"),
+    ("detector_threads", 0), ("detector_threads", 1024),
 ])
 def test_boundary_values_are_accepted(field: str, value: object) -> None:
     assert getattr(BuildOptions(**{field: value}), field) == value  # type: ignore[arg-type]
