@@ -1,0 +1,113 @@
+"""Batched JPEG decoding on the GPU with nvImageCodec: the hardware JPEG engine, then CUDA nvJPEG.
+
+Only GPU backends are enabled. An image they cannot decode comes back as ``None`` (nvImageCodec's own
+per-image failure report) and the caller decodes it on the CPU path, which either succeeds or raises the
+CPU path's own message. The decoder writes interleaved 8-bit BGR with EXIF orientation applied: the
+layout ``cv2.imdecode(IMREAD_COLOR)`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .runtime import GpuUnavailableError, import_nvimgcodec
+
+BACKENDS = ("auto", "hardware", "cuda")
+
+
+@dataclass(frozen=True)
+class DecoderOptions:
+    device_id: int = 0
+    # auto: the GPU's hardware JPEG engine (A100, H100, H200 have one) for what it takes, CUDA for the rest.
+    backend: str = "auto"
+    hardware_load: float = 1.0  # share of each batch offered to the hardware engine under "auto"
+    # libjpeg's smooth chroma upsampling, which OpenCV uses; nvJPEG's default replicates chroma samples.
+    fancy_upsampling: bool = True
+    cpu_threads: int = 1  # nvImageCodec's host threads (bitstream parsing); Triton runs other steps beside it
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"decoder backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
+        if not 0.0 <= self.hardware_load <= 1.0:
+            raise ValueError(f"hardware_load must be within 0..1, not {self.hardware_load}")
+        if self.cpu_threads < 1 or self.device_id < 0:
+            raise ValueError("cpu_threads must be at least 1 and device_id not negative")
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """A decoded H x W x 3 uint8 image in device memory; ``handle`` owns the memory."""
+
+    handle: Any
+    pointer: int
+    pitch: int  # bytes from one row to the next (nvImageCodec may pad rows)
+    width: int
+    height: int
+
+
+def describe(image: Any) -> DecodedImage | None:
+    """Read an image's ``__cuda_array_interface__``; ``None`` unless it is H x W x 3 uint8 on the device."""
+    interface = getattr(image, "__cuda_array_interface__", None)
+    if not isinstance(interface, dict):
+        return None
+    shape, strides = tuple(interface.get("shape", ())), interface.get("strides")
+    if len(shape) != 3 or shape[2] != 3 or interface.get("typestr") != "|u1":
+        return None
+    height, width = int(shape[0]), int(shape[1])
+    if strides is not None and tuple(strides[1:]) != (3, 1):
+        return None
+    pitch = int(strides[0]) if strides is not None else width * 3
+    pointer = int(interface["data"][0])
+    if height < 1 or width < 1 or pitch < width * 3 or pointer == 0:
+        return None
+    return DecodedImage(image, pointer, pitch, width, height)
+
+
+class GpuJpegDecoder:
+    """One nvImageCodec decoder (it keeps CUDA streams, nvJPEG state and buffers between batches)."""
+
+    def __init__(self, options: DecoderOptions | None = None) -> None:
+        self.options = options or DecoderOptions()
+        nvimgcodec = import_nvimgcodec()
+        self._nvimgcodec = nvimgcodec
+        kind = nvimgcodec.BackendKind
+        hardware = nvimgcodec.Backend(kind.HW_GPU_ONLY, load_hint=self.options.hardware_load)
+        cuda = nvimgcodec.Backend(kind.GPU_ONLY)
+        backends = {"auto": [hardware, cuda], "hardware": [hardware], "cuda": [cuda]}[self.options.backend]
+        decoder_options = ":fancy_upsampling=1" if self.options.fancy_upsampling else ""
+        try:
+            self._decoder = nvimgcodec.Decoder(
+                device_id=self.options.device_id,
+                max_num_cpu_threads=self.options.cpu_threads,
+                backends=backends,
+                options=decoder_options,
+            )
+        except Exception as exc:  # nvImageCodec raises plain RuntimeErrors without a GPU
+            raise GpuUnavailableError(f"nvImageCodec could not create a GPU decoder on device "
+                                      f"{self.options.device_id}: {exc}") from exc
+        self._params = nvimgcodec.DecodeParams(
+            apply_exif_orientation=True,
+            color_spec=nvimgcodec.ColorSpec.SRGB,
+            allow_any_depth=False,
+            sample_format=nvimgcodec.SampleFormat.I_BGR,
+        )
+
+    def decode(self, encoded: Sequence[bytes], cuda_stream: int = 0) -> list[DecodedImage | None]:
+        """Decode a batch; the pixels are ready in order on ``cuda_stream``. ``None`` marks a failure."""
+        streams: list[Any] = []
+        positions: list[int] = []
+        for position, data in enumerate(encoded):
+            try:
+                streams.append(self._nvimgcodec.CodeStream(data))
+            except Exception:  # noqa: BLE001 -- an unparsable stream is one failed image, as in a batch
+                continue
+            positions.append(position)
+        results: list[DecodedImage | None] = [None] * len(encoded)
+        if not streams:
+            return results
+        images = self._decoder.decode(streams, params=self._params, cuda_stream=cuda_stream)
+        for position, image in zip(positions, images, strict=True):
+            results[position] = describe(image) if image is not None else None
+        return results
