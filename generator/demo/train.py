@@ -3,7 +3,7 @@
     python -m generator.demo.train --out generator/demo/demo_detector.onnx
 
 Every sample is a fresh ``generator.synthetic`` scene pushed through the production preprocessing
-(JPEG encode, ``generator.pipeline`` decode + letterbox into 320x320, RGB, /255), so the model never sees
+(JPEG encode, ``generator.serving`` decode + letterbox into 320x320, RGB, /255), so the model never sees
 an image twice and learns exactly the input the served ensemble gives it. A background process makes the
 scenes while the main process trains on one thread: the machines this runs on have two shared cores, and
 one torch thread with channels-last convolutions was measured faster than two.
@@ -32,8 +32,8 @@ _MAX_GT = 8
 
 def sample(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One training example: (3x320x320 uint8 RGB, boxes [K,4] in input pixels, classes [K])."""
-    from generator.pipeline.batch import prepare_batch
-    from generator.pipeline.letterbox import letterbox
+    from generator.serving.batch import prepare_batch
+    from generator.serving.letterbox import letterbox
 
     weights = np.array([s[2] for s in _SIZES], dtype=np.float64)
     width, height, _ = _SIZES[rng.choice(len(_SIZES), p=weights / weights.sum())]

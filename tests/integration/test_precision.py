@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.build import GateOptions, build_repository
+from generator.build.onnx_inspect import inspect_onnx
+from generator.build.options import BuildOptions
+from generator.build.pipeline import GateOptions, build_repository
+from generator.build.precision.step import PrecisionOptions, make_precision_transform
 from generator.cli import main
-from generator.embedded_server import EmbeddedServer
-from generator.onnx_inspect import inspect_onnx
-from generator.precision_step import PrecisionOptions, make_precision_transform
-from generator.reference import ReferencePipeline
-from generator.spec import BuildOptions
+from generator.evaluation.reference import ReferencePipeline
+from generator.server.embedded import EmbeddedServer
 from generator.synthetic import encode, make_scene
 from tests.conftest import free_port
 from tests.integration.test_ensemble import assert_matches_reference, infer
