@@ -1,4 +1,5 @@
-"""The CPU path this package must agree with, imported in one place.
+"""The CPU path this package must agree with, imported in one place (relative: the serving package is
+copied into generated repositories).
 
 Header checks, the reduction factor, the letterbox geometry and the fallback decode are the CPU path's own
 functions, unchanged: the GPU path differs only in where pixels are decoded and resampled.
@@ -6,7 +7,7 @@ functions, unchanged: the GPU path differs only in where pixels are decoded and 
 
 from __future__ import annotations
 
-from ...pipeline.images import (
+from ..images import (
     DEFAULT_LIMITS,
     ImageError,
     ImageHeader,
@@ -15,7 +16,7 @@ from ...pipeline.images import (
     decode_image,
     reduction_factor,
 )
-from ...pipeline.letterbox import FILL_VALUE, PARAMS_LEN, Letterbox, letterbox_geometry, letterbox_into
+from ..letterbox import FILL_VALUE, PARAMS_LEN, Letterbox, letterbox_geometry, letterbox_into
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from generator.pipeline.batch import prepare_batch
-from generator.pipeline.batch import to_float_nchw as cpu_to_float_nchw
+from generator.serving.batch import prepare_batch
+from generator.serving.batch import to_float_nchw as cpu_to_float_nchw
 from generator.serving.gpu.batch import (
     GPU_BATCH_ERROR,
     GPU_DECODE_FAILED,
@@ -23,6 +23,7 @@ from generator.serving.gpu.batch import (
     triage,
 )
 from generator.serving.gpu.routing import gpu_decodable
+from generator.serving.images import DEFAULT_LIMITS, check_header
 from loadtest.gpu_corpus import bad_images, encode, scene, with_exif, zoo
 
 from .host_model import host_parts
@@ -132,7 +133,5 @@ def test_to_float_nchw_matches_the_cpu_path() -> None:
 
 
 def test_zoo_formats_routed_as_documented() -> None:
-    from generator.pipeline.images import DEFAULT_LIMITS, check_header
-
     routed = {name: gpu_decodable(check_header(data, DEFAULT_LIMITS), data) for name, data in zoo().items()}
     assert {n for n, gpu in routed.items() if gpu} == {n for n in routed if n.startswith("jpeg")}

@@ -11,7 +11,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from generator.pipeline.batch import prepare_batch
+from generator.serving.batch import prepare_batch
 from generator.serving.gpu.decode import DecodedImage
 from generator.serving.gpu.geometry import letterbox_reference, plan_image
 from loadtest.gpu_corpus import bad_images, encode, scene, with_exif, zoo

@@ -8,9 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from generator.pipeline.batch import prepare_batch
-from generator.pipeline.images import decode_image
-from generator.pipeline.letterbox import letterbox
+from generator.serving.batch import prepare_batch
 from generator.serving.gpu.geometry import (
     COEF_SCALE,
     axis_taps,
@@ -21,6 +19,8 @@ from generator.serving.gpu.geometry import (
     resize_reference,
     simd_end,
 )
+from generator.serving.images import ImageHeader, decode_image, reduction_factor
+from generator.serving.letterbox import letterbox
 from loadtest.gpu_corpus import encode, scene, with_exif
 
 SIZES = [
@@ -119,8 +119,6 @@ def test_block_average_stands_in_for_the_reduced_decode(width: int, height: int,
     data = encode(scene(height, width, seed=width), ".jpg", [cv2.IMWRITE_JPEG_QUALITY, 90])
     full, _ = decode_image(data)
     cpu = prepare_batch([data], target, reduced_decode=True)
-    from generator.pipeline.images import ImageHeader, reduction_factor
-
     factor = reduction_factor(ImageHeader("jpeg", width, height), target)
     gpu = letterbox_reference(full, plan_image(width, height, target, factor), target)
     diff = np.abs(gpu.astype(int) - cpu.images[0])

@@ -6,8 +6,8 @@ import cv2
 import numpy as np
 import pytest
 
-from generator.pipeline.images import DEFAULT_LIMITS, check_header, read_header
 from generator.serving.gpu.routing import gpu_decodable, jpeg_frame, upright_size
+from generator.serving.images import DEFAULT_LIMITS, check_header, read_header
 from loadtest.gpu_corpus import adobe_app14, encode, patch_frame, scene, with_exif, with_segment, zoo
 
 GPU_FORMATS = {"jpeg", "jpeg-progressive", "jpeg-gray", "jpeg-444", "jpeg-exif6", "jpeg-exif3"}
