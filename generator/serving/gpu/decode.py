@@ -25,7 +25,10 @@ class DecoderOptions:
     hardware_load: float = 1.0  # share of each batch offered to the hardware engine under "auto"
     # libjpeg's smooth chroma upsampling, which OpenCV uses; nvJPEG's default replicates chroma samples.
     fancy_upsampling: bool = True
-    cpu_threads: int = 1  # nvImageCodec's host threads (bitstream parsing); Triton runs other steps beside it
+    cpu_threads: int = 1  # nvImageCodec's host threads (parsing, hybrid Huffman); Triton runs other steps beside it
+    # nvJPEG's CUDA decoder does the Huffman stage of smaller images on the host ("hybrid", below about a
+    # megapixel: a 1280x720 frame is one of them); True moves it to the GPU for every image.
+    gpu_huffman: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -76,7 +79,10 @@ class GpuJpegDecoder:
         hardware = nvimgcodec.Backend(kind.HW_GPU_ONLY, load_hint=self.options.hardware_load)
         cuda = nvimgcodec.Backend(kind.GPU_ONLY)
         backends = {"auto": [hardware, cuda], "hardware": [hardware], "cuda": [cuda]}[self.options.backend]
-        decoder_options = ":fancy_upsampling=1" if self.options.fancy_upsampling else ""
+        decoder_options = " ".join(
+            ([":fancy_upsampling=1"] if self.options.fancy_upsampling else [])
+            + (["nvjpeg_cuda_decoder:hybrid_huffman_threshold=0"] if self.options.gpu_huffman else [])
+        )
         try:
             self._decoder = nvimgcodec.Decoder(
                 device_id=self.options.device_id,
