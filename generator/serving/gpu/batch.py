@@ -29,7 +29,7 @@ from ._cpu import (
 from .decode import DecodedImage, DecoderOptions, GpuJpegDecoder
 from .geometry import SIMD_LANES, ImagePlan, plan_image
 from .letterbox import GpuLetterbox
-from .routing import gpu_decodable, upright_size
+from .routing import gpu_decodable, jpeg_frame, upright_size
 from .runtime import import_cupy
 
 # Why an image went to the CPU path (GpuPreparedBatch.cpu_path).
@@ -47,6 +47,7 @@ class Triage:
     cpu: list[int]
     errors: dict[int, str]
     headers: dict[int, ImageHeader]
+    upright: dict[int, tuple[int, int]]  # GPU positions: (width, height) once EXIF orientation is applied
 
 
 def triage(encoded: Sequence[bytes], limits: ImageLimits = DEFAULT_LIMITS) -> Triage:
@@ -55,6 +56,7 @@ def triage(encoded: Sequence[bytes], limits: ImageLimits = DEFAULT_LIMITS) -> Tr
     cpu: list[int] = []
     errors: dict[int, str] = {}
     headers: dict[int, ImageHeader] = {}
+    upright: dict[int, tuple[int, int]] = {}
     for position, data in enumerate(encoded):
         try:
             header = check_header(data, limits)
@@ -62,15 +64,20 @@ def triage(encoded: Sequence[bytes], limits: ImageLimits = DEFAULT_LIMITS) -> Tr
             errors[position] = str(exc)
             continue
         headers[position] = header
-        (gpu if gpu_decodable(header, data) else cpu).append(position)
-    return Triage(gpu, cpu, errors, headers)
+        frame = jpeg_frame(data) if header.format == "jpeg" else None
+        if frame is not None and gpu_decodable(header, data, frame):
+            gpu.append(position)
+            upright[position] = upright_size(header, data, frame)
+        else:
+            cpu.append(position)
+    return Triage(gpu, cpu, errors, headers, upright)
 
 
-def accept_decoded(decoded: DecodedImage | None, header: ImageHeader, data: bytes) -> str | None:
+def accept_decoded(decoded: DecodedImage | None, upright: tuple[int, int]) -> str | None:
     """``None`` when a GPU-decoded image can be used, else the reason it goes to the CPU path."""
     if decoded is None:
         return GPU_DECODE_FAILED
-    if (decoded.width, decoded.height) != upright_size(header, data):
+    if (decoded.width, decoded.height) != upright:
         return GPU_SIZE_MISMATCH
     return None
 
@@ -139,7 +146,7 @@ class GpuPreprocessor:
                 cpu_path.update(dict.fromkeys(routed.gpu, GPU_BATCH_ERROR))
             for position, result in zip(routed.gpu, decoded, strict=True):
                 header = routed.headers[position]
-                reason = accept_decoded(result, header, encoded[position])
+                reason = accept_decoded(result, routed.upright[position])
                 if result is None or reason is not None:
                     cpu_path.setdefault(position, reason or GPU_DECODE_FAILED)
                     continue

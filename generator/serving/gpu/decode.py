@@ -20,10 +20,13 @@ BACKENDS = ("auto", "hardware", "cuda")
 @dataclass(frozen=True)
 class DecoderOptions:
     device_id: int = 0
-    # auto: the GPU's hardware JPEG engine (A100, H100, H200 have one) for what it takes, CUDA for the rest.
+    # auto: the GPU's hardware JPEG engine (A100, H100, H200 have one) takes ``hardware_load`` of each batch,
+    # CUDA nvJPEG the rest and whatever the engine cannot decode (progressive JPEGs, for one).
     backend: str = "auto"
-    hardware_load: float = 1.0  # share of each batch offered to the hardware engine under "auto"
-    # libjpeg's smooth chroma upsampling, which OpenCV uses; nvJPEG's default replicates chroma samples.
+    hardware_load: float = 0.9  # DALI's default split; measured on the H200 by loadtest.gpu_probe
+    # Re-balance the split between the two every batch to minimise idle time (nvImageCodec's adaptive policy).
+    adaptive_load: bool = False
+    # libjpeg's smooth chroma upsampling, which OpenCV uses; nvJPEG's CUDA default replicates chroma samples.
     fancy_upsampling: bool = True
     cpu_threads: int = 1  # nvImageCodec's host threads (parsing, hybrid Huffman); Triton runs other steps beside it
     # nvJPEG's CUDA decoder does the Huffman stage of smaller images on the host ("hybrid", below about a
@@ -75,10 +78,19 @@ class GpuJpegDecoder:
         self.options = options or DecoderOptions()
         nvimgcodec = import_nvimgcodec()
         self._nvimgcodec = nvimgcodec
-        kind = nvimgcodec.BackendKind
-        hardware = nvimgcodec.Backend(kind.HW_GPU_ONLY, load_hint=self.options.hardware_load)
-        cuda = nvimgcodec.Backend(kind.GPU_ONLY)
-        backends = {"auto": [hardware, cuda], "hardware": [hardware], "cuda": [cuda]}[self.options.backend]
+        kind, policy = nvimgcodec.BackendKind, nvimgcodec.LoadHintPolicy
+        # nvImageCodec files nvJPEG's CUDA decoder under HYBRID_CPU_GPU (it may run Huffman decoding on the
+        # host); GPU_ONLY holds no JPEG decoder at all. Only JPEGs are ever sent here, and the CPU-only JPEG
+        # decoder (libjpeg-turbo) is not enabled: what the GPU cannot decode goes to the CPU path instead.
+        if self.options.backend == "auto":
+            split = policy.ADAPTIVE_MINIMIZE_IDLE_TIME if self.options.adaptive_load else policy.FIXED
+            hardware = nvimgcodec.Backend(kind.HW_GPU_ONLY, load_hint=self.options.hardware_load,
+                                          load_hint_policy=split)
+            backends = [hardware, nvimgcodec.Backend(kind.HYBRID_CPU_GPU)]
+        elif self.options.backend == "hardware":
+            backends = [nvimgcodec.Backend(kind.HW_GPU_ONLY)]
+        else:
+            backends = [nvimgcodec.Backend(kind.HYBRID_CPU_GPU)]
         decoder_options = " ".join(
             ([":fancy_upsampling=1"] if self.options.fancy_upsampling else [])
             + (["nvjpeg_cuda_decoder:hybrid_huffman_threshold=0"] if self.options.gpu_huffman else [])

@@ -111,6 +111,7 @@ class ImagePlan:
         return self.letterbox.as_array()
 
 
+@lru_cache(maxsize=1024)  # camera streams repeat a few sizes
 def plan_image(source_width: int, source_height: int, target: tuple[int, int], factor: int = 1) -> ImagePlan:
     """The CPU path's letterbox geometry for a ``source_width`` x ``source_height`` image, reduced by ``factor``.
 

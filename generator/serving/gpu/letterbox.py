@@ -10,6 +10,7 @@ per-image geometry and the resize tables travel as one int32 buffer, the source 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,21 @@ extern "C" __global__ void letterbox_u8(
 )
 
 
+@lru_cache(maxsize=1024)
+def _plan_rows(plan: ImagePlan, lanes: tuple[int, int]) -> tuple[tuple[int, ...], np.ndarray]:
+    """One image's meta fields (slot and offsets left 0) and its tables, cached: camera sizes repeat."""
+    xt = axis_taps(plan.width, plan.resized_width, True)
+    yt = axis_taps(plan.height, plan.resized_height, False)
+    fields = {name: getattr(plan, name) for name in ("width", "height", "resized_width", "resized_height", "left",
+                                                     "top", "factor", "source_width", "source_height")}
+    fields["simd_end"] = simd_end(plan.resized_width * 3, lanes)
+    row = tuple(fields.get(name, 0) for name in META_FIELDS)
+    tables = np.concatenate([xt.first, xt.second, xt.weight0, xt.weight1,
+                             yt.first, yt.second, yt.weight0, yt.weight1]).astype(np.int32)
+    tables.flags.writeable = False
+    return row, tables
+
+
 def pack_batch(plans: Sequence[ImagePlan], slots: Sequence[int],
                lanes: tuple[int, int] = SIMD_LANES) -> tuple[np.ndarray, np.ndarray]:
     """Per-image meta (int32 [N, META_LEN]) and the concatenated resize tables (int32) for one launch.
@@ -103,23 +119,14 @@ def pack_batch(plans: Sequence[ImagePlan], slots: Sequence[int],
     """
     if len(plans) != len(slots):
         raise ValueError(f"{len(plans)} plans but {len(slots)} slots")
-    meta = np.zeros((len(plans), META_LEN), dtype=np.int32)
-    chunks: list[np.ndarray] = []
-    offset = 0
-    for i, (plan, slot) in enumerate(zip(plans, slots, strict=True)):
-        xt = axis_taps(plan.width, plan.resized_width, True)
-        yt = axis_taps(plan.height, plan.resized_height, False)
-        row = meta[i]
-        row[_FIELD["slot"]] = slot
-        row[_FIELD["x_offset"]] = offset
-        row[_FIELD["y_offset"]] = offset + 4 * plan.resized_width
-        for name in ("width", "height", "resized_width", "resized_height", "left", "top", "factor",
-                     "source_width", "source_height"):
-            row[_FIELD[name]] = getattr(plan, name)
-        row[_FIELD["simd_end"]] = simd_end(plan.resized_width * 3, lanes)
-        chunks += [xt.first, xt.second, xt.weight0, xt.weight1, yt.first, yt.second, yt.weight0, yt.weight1]
-        offset += 4 * (plan.resized_width + plan.resized_height)
-    tables = np.concatenate([c.astype(np.int32) for c in chunks]) if chunks else np.zeros(1, np.int32)
+    rows = [_plan_rows(plan, lanes) for plan in plans]
+    meta = np.array([row for row, _ in rows], dtype=np.int32).reshape(len(plans), META_LEN)
+    sizes = np.array([len(tables) for _, tables in rows], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(rows) else sizes
+    meta[:, _FIELD["slot"]] = slots
+    meta[:, _FIELD["x_offset"]] = offsets
+    meta[:, _FIELD["y_offset"]] = offsets + 4 * meta[:, _FIELD["resized_width"]]
+    tables = np.concatenate([t for _, t in rows]) if rows else np.zeros(1, np.int32)
     return meta, tables
 
 

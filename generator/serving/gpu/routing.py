@@ -92,11 +92,14 @@ def jpeg_frame(data: bytes) -> JpegFrame | None:
     return None
 
 
-def gpu_decodable(header: ImageHeader, data: bytes) -> bool:
-    """True for the JPEGs nvImageCodec's GPU decoders turn into the same picture as OpenCV."""
+def gpu_decodable(header: ImageHeader, data: bytes, frame: JpegFrame | None = None) -> bool:
+    """True for the JPEGs nvImageCodec's GPU decoders turn into the same picture as OpenCV.
+
+    ``frame`` is ``jpeg_frame(data)`` when the caller has it already.
+    """
     if header.format != "jpeg":
         return False
-    frame = jpeg_frame(data)
+    frame = frame if frame is not None else jpeg_frame(data)
     if frame is None or frame.marker not in _GPU_FRAMES or frame.precision != 8:
         return False
     if frame.components == 1:
@@ -108,9 +111,10 @@ def gpu_decodable(header: ImageHeader, data: bytes) -> bool:
     return frame.adobe_transform != 0 and frame.component_ids != (0x52, 0x47, 0x42)
 
 
-def upright_size(header: ImageHeader, data: bytes) -> tuple[int, int]:
+def upright_size(header: ImageHeader, data: bytes, frame: JpegFrame | None = None) -> tuple[int, int]:
     """(width, height) of the decoded image once EXIF orientation is applied."""
-    frame = jpeg_frame(data) if header.format == "jpeg" else None
+    if frame is None and header.format == "jpeg":
+        frame = jpeg_frame(data)
     if frame is not None and frame.orientation in TRANSPOSING_ORIENTATIONS:
         return header.height, header.width
     return header.width, header.height

@@ -55,3 +55,56 @@ def test_missing_cupy_says_what_to_install() -> None:
 
     with pytest.raises(GpuUnavailableError, match="pip install 'cupy-cuda12x'"):
         GpuPreprocessor((640, 640))
+
+
+class FakeNvimgcodec:
+    """Records what GpuJpegDecoder asks nvImageCodec for."""
+
+    class BackendKind:
+        HW_GPU_ONLY, GPU_ONLY, HYBRID_CPU_GPU, CPU_ONLY = "HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY"
+
+    class LoadHintPolicy:
+        FIXED, ADAPTIVE_MINIMIZE_IDLE_TIME = "FIXED", "ADAPTIVE_MINIMIZE_IDLE_TIME"
+
+    class ColorSpec:
+        SRGB = "SRGB"
+
+    class SampleFormat:
+        I_BGR = "I_BGR"
+
+    def __init__(self) -> None:
+        self.decoders: list[dict[str, object]] = []
+
+    @staticmethod
+    def Backend(kind: str, load_hint: float = 1.0, load_hint_policy: str = "FIXED") -> tuple[str, float, str]:
+        return kind, load_hint, load_hint_policy
+
+    def Decoder(self, **kwargs: object) -> object:
+        self.decoders.append(kwargs)
+        return object()
+
+    @staticmethod
+    def DecodeParams(**kwargs: object) -> dict[str, object]:
+        return kwargs
+
+
+@pytest.mark.parametrize(("options", "backends", "decoder_options"), [
+    # nvJPEG's CUDA decoder is filed under HYBRID_CPU_GPU: GPU_ONLY finds no JPEG decoder (seen on the H200).
+    (DecoderOptions(backend="cuda"), [("HYBRID_CPU_GPU", 1.0, "FIXED")], ":fancy_upsampling=1"),
+    (DecoderOptions(backend="hardware", fancy_upsampling=False), [("HW_GPU_ONLY", 1.0, "FIXED")], ""),
+    (DecoderOptions(hardware_load=0.7, adaptive_load=True, gpu_huffman=True),
+     [("HW_GPU_ONLY", 0.7, "ADAPTIVE_MINIMIZE_IDLE_TIME"), ("HYBRID_CPU_GPU", 1.0, "FIXED")],
+     ":fancy_upsampling=1 nvjpeg_cuda_decoder:hybrid_huffman_threshold=0"),
+])
+def test_decoder_backends(monkeypatch: pytest.MonkeyPatch, options: DecoderOptions,
+                          backends: list[tuple[str, float, str]], decoder_options: str) -> None:
+    from generator.serving.gpu import decode
+
+    fake = FakeNvimgcodec()
+    monkeypatch.setattr(decode, "import_nvimgcodec", lambda: fake)
+    decoder = decode.GpuJpegDecoder(options)
+    (created,) = fake.decoders
+    assert created["backends"] == backends and created["options"] == decoder_options
+    assert created["max_num_cpu_threads"] == 1
+    assert decoder._params == {"apply_exif_orientation": True, "color_spec": "SRGB", "allow_any_depth": False,
+                               "sample_format": "I_BGR"}
