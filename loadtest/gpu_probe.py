@@ -49,7 +49,16 @@ DECODERS = (
     ("cuda threads=1", DecoderOptions(backend="cuda")),
     ("cuda threads=1 gpu-huffman", DecoderOptions(backend="cuda", gpu_huffman=True)),
     ("cuda threads=4", DecoderOptions(backend="cuda", cpu_threads=4)),
-    ("auto threads=1 gpu-huffman", DecoderOptions(backend="auto", gpu_huffman=True)),
+    ("auto hw=0.9", DecoderOptions(backend="auto", hardware_load=0.9)),
+    ("auto hw=0.65", DecoderOptions(backend="auto", hardware_load=0.65)),
+    ("auto hw=0.65 threads=4", DecoderOptions(backend="auto", hardware_load=0.65, cpu_threads=4)),
+    ("auto adaptive", DecoderOptions(backend="auto", adaptive_load=True)),
+)
+# Settings for the whole GPU prepare_batch.
+PREPROCESS = (
+    ("hardware", DecoderOptions(backend="hardware")),
+    ("auto", DecoderOptions()),
+    ("auto adaptive threads=4", DecoderOptions(adaptive_load=True, cpu_threads=4)),
 )
 
 
@@ -159,7 +168,7 @@ def letterbox_timing(jpegs: dict[tuple[int, int], list[bytes]]) -> dict[str, Any
     from generator.serving.gpu.letterbox import GpuLetterbox
 
     stream = cupy.cuda.get_current_stream()
-    decoder = GpuJpegDecoder(DecoderOptions(backend="cuda"))
+    decoder = GpuJpegDecoder(DecoderOptions())
     kernel = GpuLetterbox()
     results: dict[str, Any] = {}
     for size, images in jpegs.items():
@@ -195,9 +204,7 @@ def end_to_end(jpegs: dict[tuple[int, int], list[bytes]]) -> dict[str, Any]:
     from generator.serving.gpu import GpuPreprocessor
 
     results: dict[str, Any] = {}
-    configs = (("hardware", DecoderOptions(backend="hardware")), ("auto", DecoderOptions(backend="auto")),
-               ("auto gpu-huffman", DecoderOptions(backend="auto", gpu_huffman=True)))
-    for label, options in configs:
+    for label, options in PREPROCESS:
         for reduced in (True, False):
             try:
                 pre = GpuPreprocessor(TARGET, reduced_decode=reduced, decoder=options)
@@ -280,7 +287,7 @@ def pixel_agreement(jpegs: dict[tuple[int, int], list[bytes]]) -> dict[str, Any]
         names.append(name)
         encoded.append(data)
     results: dict[str, Any] = {}
-    for backend in ("hardware", "cuda"):
+    for backend in ("hardware", "cuda", "auto"):
         for fancy in (True, False) if backend == "cuda" else (True,):
             options = DecoderOptions(backend=backend, fancy_upsampling=fancy)
             for reduced in (False, True):
@@ -291,12 +298,15 @@ def pixel_agreement(jpegs: dict[tuple[int, int], list[bytes]]) -> dict[str, Any]
                 except Exception as exc:  # noqa: BLE001 -- e.g. no hardware decoder: the other settings still run
                     results[key] = {"error": f"{type(exc).__name__}: {exc}"}
     # The GPU's full-size resize against the CPU's reduced decode: what skipping the block average would cost.
-    pre = GpuPreprocessor(TARGET, reduced_decode=False, decoder=DecoderOptions(backend="cuda"))
-    gpu = pre.prepare_batch(encoded[:8])
-    cpu = prepare_batch(encoded[:8], TARGET, reduced_decode=True)
-    images = gpu.images.get()
-    results["gpu-full-resize vs cpu-reduced"] = {names[p]: diff_stats(images[s], cpu.images[s])
-                                                 for s, p in enumerate(gpu.index)}
+    try:
+        pre = GpuPreprocessor(TARGET, reduced_decode=False)
+        gpu = pre.prepare_batch(encoded[:8])
+        cpu = prepare_batch(encoded[:8], TARGET, reduced_decode=True)
+        images = gpu.images.get()
+        results["gpu-full-resize vs cpu-reduced"] = {names[p]: diff_stats(images[s], cpu.images[s])
+                                                     for s, p in enumerate(gpu.index)}
+    except Exception as exc:  # noqa: BLE001
+        results["gpu-full-resize vs cpu-reduced"] = {"error": f"{type(exc).__name__}: {exc}"}
     return results
 
 
