@@ -117,7 +117,7 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     baseline = "served graph"
     source = _source_onnx(repository)
     if source is not None:
-        from generator.build.onnx_inspect import inspect_onnx
+        from generator.builder.onnx_inspect import inspect_onnx
 
         onnx_path, baseline = source, "exported source ONNX (float NCHW input)"
         prepared = to_float_nchw(prepared, np.dtype(inspect_onnx(source, (height, width)).input.numpy_dtype))

@@ -11,8 +11,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from generator.build.options import BuildOptions
-from generator.build.pipeline import build_repository
+from generator.builder.options import BuildOptions
+from generator.builder.pipeline import build_repository
 from generator.demo import DEMO_ONNX
 from generator.server.embedded import EmbeddedServer
 

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from generator.build.manifest import compare, read_manifest
+    from generator.builder.manifest import compare, read_manifest
 
     repository: Path = args.repository
     if not repository.is_dir():
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     manifest = read_manifest(repository)
     machine = None
     if manifest.plan is not None and not args.files_only:
-        from generator.build.tensorrt.availability import machine_facts
+        from generator.builder.tensorrt.availability import machine_facts
 
         machine = machine_facts()
     mismatches = compare(manifest, machine, repository)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -39,8 +40,25 @@ def build_parser(prog: str, description: str, package: str,
     return parser, unavailable
 
 
+class _Console(logging.Handler):
+    """Library progress (INFO and up) on the current stdout, one plain line per record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stdout, flush=True)
+
+
+def show_progress(*packages: str) -> None:
+    """Route the packages' log records to the console once; libraries log, commands decide where it goes."""
+    for name in packages:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        if not any(isinstance(h, _Console) for h in logger.handlers):
+            logger.addHandler(_Console())
+
+
 def run_main(parser: argparse.ArgumentParser, unavailable: Mapping[str, str],
              user_error: type[Exception], argv: Sequence[str] | None) -> int:
+    show_progress("generator", "loadtest", "clients", "deploy")
     args, rest = parser.parse_known_args(argv)
     if args.command in unavailable:
         print(f"error: '{args.command}' is unavailable: {unavailable[args.command]}", file=sys.stderr)

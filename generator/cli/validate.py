@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from generator.build.onnx_inspect import inspect_onnx
+from generator.builder.onnx_inspect import inspect_onnx
 from generator.errors import GeneratorError
 from generator.evaluation.gate import (
     DEFAULT_MAX_DROP,

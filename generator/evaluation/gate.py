@@ -17,7 +17,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from generator.build.onnx_inspect import DetectorInfo
+from generator.builder.onnx_inspect import DetectorInfo
 from generator.errors import GeneratorError
 from generator.evaluation.accuracy import MapResult, coco_map, pseudo_labels
 from generator.evaluation.reference import ImageDetections, ReferencePipeline

@@ -8,6 +8,7 @@ unpacked into a cache; the pytriton Python package itself is not used.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import shutil
@@ -24,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 
 from generator.errors import ServerError
+
+logger = logging.getLogger(__name__)
 
 TRITON_VERSION = "2.51.0"
 PYTRITON_VERSION = "0.5.13"
@@ -114,7 +117,7 @@ def ensure_server() -> ServerInstall:
     if install.binary.exists():
         return install
     root.parent.mkdir(parents=True, exist_ok=True)
-    print(f"Fetching Triton {TRITON_VERSION} (nvidia-pytriton {PYTRITON_VERSION}) into {root} ...", flush=True)
+    logger.info("Fetching Triton %s (nvidia-pytriton %s) into %s ...", TRITON_VERSION, PYTRITON_VERSION, root)
     with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
         wheel = _download_wheel(Path(tmp) / "wheel")
         staging = Path(tmp) / "install"

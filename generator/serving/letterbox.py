@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from .contract import LETTERBOX_FIELDS
+
 FILL_VALUE = 114
 # Layout of the per-image letterbox parameters passed from preprocess to NMS.
-PARAMS_LEN = 6  # pad_x, pad_y, gain_x, gain_y, source_width, source_height
+PARAMS_LEN = len(LETTERBOX_FIELDS)  # pad_x, pad_y, gain_x, gain_y, source_width, source_height
 
 
 @dataclass(frozen=True)

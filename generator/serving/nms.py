@@ -3,7 +3,7 @@
 Supported head layouts (batch first):
 - ``v8``: [N, 4 + nc, A] -- cx, cy, w, h in input pixels, then per-class scores (YOLOv8/11/12).
 - ``v8_reduced``: [N, 6, A] -- cx, cy, w, h, best class score, best class id (as a float): a v8 head whose
-  class max/arg-max the served graph already took (generator.build.graph.suffix). Never inferred from a shape:
+  class max/arg-max the served graph already took (generator.builder.graph.suffix). Never inferred from a shape:
   [N, 6, A] is also a genuine two-class v8 head.
 - ``v5``: [N, A, 5 + nc] -- cx, cy, w, h, objectness, per-class scores (YOLOv5/v7).
 - ``end2end``: [N, K, 6] -- x1, y1, x2, y2, score, class; already NMS-free (YOLOv10/26 end-to-end).
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from generator.serving.letterbox import boxes_to_source
+from .letterbox import boxes_to_source
 
 LAYOUTS = ("v8", "v8_reduced", "v5", "end2end")
 # Candidates kept per image before NMS; bounds the work on images with thousands of weak boxes.

@@ -57,8 +57,8 @@ class Served:
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from generator.build.options import BuildOptions
-    from generator.build.pipeline import build_repository
+    from generator.builder.options import BuildOptions
+    from generator.builder.pipeline import build_repository
     from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
 
     root = tmp_path_factory.mktemp("deploy-triton")

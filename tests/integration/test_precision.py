@@ -13,10 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.build.onnx_inspect import inspect_onnx
-from generator.build.options import BuildOptions
-from generator.build.pipeline import GateOptions, build_repository
-from generator.build.precision.step import PrecisionOptions, make_precision_transform
+from generator.builder.onnx_inspect import inspect_onnx
+from generator.builder.options import BuildOptions, GateOptions, PrecisionOptions
+from generator.builder.pipeline import build_repository
 from generator.cli import main
 from generator.evaluation.reference import ReferencePipeline
 from generator.server.embedded import EmbeddedServer
@@ -38,9 +37,8 @@ def precision_repositories(tmp_path_factory, demo_onnx) -> dict[str, Path]:
         build_repository(
             demo_onnx,
             repositories[precision],
-            BuildOptions(name=f"yolo_{precision}", precision=precision, max_batch=4),
-            precision_transform=make_precision_transform(PrecisionOptions(calib_count=64)),
-            gate=GateOptions(count=48),
+            BuildOptions(name=f"yolo_{precision}", precision=precision, max_batch=4,
+                         calibration=PrecisionOptions(calib_count=64), gate=GateOptions(count=48)),
         )
     return repositories
 
@@ -124,9 +122,8 @@ def test_failed_gate_writes_nothing(demo_onnx, tmp_path) -> None:
     output = tmp_path / "repo"
     with pytest.raises(Exception, match="accuracy gate FAILED"):
         build_repository(
-            demo_onnx, output, BuildOptions(name="yolo", precision="int8"),
-            precision_transform=make_precision_transform(PrecisionOptions(calib_count=16)),
-            gate=GateOptions(count=16, max_drop_points=-100.0),
+            demo_onnx, output, BuildOptions(name="yolo", precision="int8", calibration=PrecisionOptions(calib_count=16),
+                                            gate=GateOptions(count=16, max_drop_points=-100.0)),
         )
     assert not output.exists()
     assert not list(tmp_path.glob(".repo.*"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ensemble_common import failed, parameters, split_responses, stack_inputs
+from ensemble_pipeline.contract import BOXES, CLASSES, LETTERBOX, NUM_DETECTIONS, SCORES
 from ensemble_pipeline.nms import postprocess
 
 
@@ -20,13 +21,13 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
             raw, sizes = stack_inputs(requests, self.raw_name)
-            letterbox, _ = stack_inputs(requests, "LETTERBOX")
+            letterbox, _ = stack_inputs(requests, LETTERBOX)
             out = postprocess(raw, self.layout, letterbox, self.conf, self.iou, self.max_det)
             return split_responses({
-                "num_detections": out.num_detections,
-                "detection_boxes": out.boxes,
-                "detection_scores": out.scores,
-                "detection_classes": out.classes,
+                NUM_DETECTIONS: out.num_detections,
+                BOXES: out.boxes,
+                SCORES: out.scores,
+                CLASSES: out.classes,
             }, sizes)
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "nms", exc)

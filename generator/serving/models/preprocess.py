@@ -9,6 +9,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from ensemble_common import failed, parameters
 from ensemble_pipeline.batch import prepare_batch, to_float_nchw
+from ensemble_pipeline.contract import IMAGE, LETTERBOX, PREPROCESSED
 from ensemble_pipeline.images import ImageLimits
 
 # Triton runs several models side by side; OpenCV's own thread pool would oversubscribe the cores.
@@ -38,7 +39,7 @@ class TritonPythonModel:
         encoded: list[bytes] = []
         bounds: list[tuple[int, int]] = []
         for request in requests:
-            items = pb_utils.get_input_tensor_by_name(request, "IMAGE").as_numpy().reshape(-1)
+            items = pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy().reshape(-1)
             bounds.append((len(encoded), len(encoded) + len(items)))
             encoded.extend(bytes(item) for item in items)
         batch = prepare_batch(encoded, self.target, self.limits, self.reduced_decode)
@@ -59,7 +60,7 @@ class TritonPythonModel:
             if self.output_dtype != np.uint8:
                 images = to_float_nchw(images, self.output_dtype)
             responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("PREPROCESSED", np.ascontiguousarray(images)),
-                pb_utils.Tensor("LETTERBOX", np.ascontiguousarray(batch.letterbox[slots])),
+                pb_utils.Tensor(PREPROCESSED, np.ascontiguousarray(images)),
+                pb_utils.Tensor(LETTERBOX, np.ascontiguousarray(batch.letterbox[slots])),
             ]))
         return responses

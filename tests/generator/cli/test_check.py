@@ -2,8 +2,8 @@ import argparse
 
 import pytest
 
-from generator.build.manifest import Manifest, PlanFacts, Thresholds, write_manifest
-from generator.build.tensorrt.availability import machine_facts
+from generator.builder.manifest import Manifest, PlanFacts, Thresholds, write_manifest
+from generator.builder.tensorrt.availability import machine_facts
 from generator.cli import check, main
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from generator.build.options import BuildOptions
-from generator.build.pipeline import build_repository
+from generator.builder.options import BuildOptions
+from generator.builder.pipeline import build_repository
 from generator.cli import main
 from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
 

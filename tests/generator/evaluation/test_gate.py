@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from generator.build.graph.prefix import add_normalisation_prefix
-from generator.build.graph.suffix import add_class_reduction
-from generator.build.onnx_inspect import inspect_onnx
+from generator.builder.graph.prefix import add_normalisation_prefix
+from generator.builder.graph.suffix import add_class_reduction
+from generator.builder.onnx_inspect import inspect_onnx
 from generator.evaluation.gate import ControlSet, run_gate, synthetic_control_set
 from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
 
