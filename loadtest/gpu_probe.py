@@ -1,6 +1,6 @@
 """One-call probe of the GPU preprocess on a GPU host: throughput, pixel agreement, fallbacks, carried server.
 
-Run on the device machine (see loadtest/results/gpu/README.md for the carried files and the command)::
+Run on the device machine (see docs/results/gpu/README.md for the carried files and the command)::
 
     python -m loadtest.gpu_probe --out DIR [--triton-cache DIR] [--numpy1 DIR]
 

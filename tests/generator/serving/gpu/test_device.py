@@ -1,7 +1,7 @@
 """On a CUDA GPU only: the real kernel and nvImageCodec against the CPU path.
 
 CI has no GPU, so these skip there; they ran on the lent H200 (``loadtest/gpu_probe.py`` runs them), and
-the results are committed in loadtest/results/gpu/2026-12-01-h200-probe.json.
+the results are committed in docs/results/gpu/2026-12-01-h200-probe.json.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from generator.serving.gpu.decode import DecodedImage
 from generator.serving.gpu.geometry import letterbox_reference, plan_image
 from loadtest.gpu_corpus import bad_images, encode, scene, with_exif, zoo
 
-RESULTS = "loadtest/results/gpu/2026-12-01-h200-probe.json"
+RESULTS = "docs/results/gpu/2026-12-01-h200-probe.json"
 
 
 def _gpu() -> str | None:
