@@ -73,6 +73,10 @@ def dockerfile_violations(text: str, image: str) -> list[str]:
     return problems
 
 
+# The first opencv-python(-headless) release whose bundled libwebp (1.3.2) has the CVE-2023-4863 fix.
+OPENCV_FLOOR = (4, 8, 1, 78)
+_OPENCV = ("opencv-python-headless", "opencv-python")
+
 # Packages that must stay out of the builder image: geventhttpclient 2.0.2 (pinned by tritonclient[http] 2.51)
 # has no CPython 3.12 wheel, which the NGC images run.
 _BUILDER_FORBIDDEN = ("locust", "geventhttpclient")
@@ -91,10 +95,27 @@ def extras_violations(pyproject: Mapping[str, Any], images: Sequence[str] = tupl
     extras = project.get("optional-dependencies") or {}
     problems = [f"pyproject.toml: no [{DOCKERFILES[i][2]}] extra for the {i} image"
                 for i in images if DOCKERFILES[i][2] not in extras]
+    serving = [*(project.get("dependencies") or []), *extras.get("serve", [])]
+    problems += _opencv_floor_violations(serving)
     builder_reqs = [*(project.get("dependencies") or []), *extras.get("build", [])]
     for requirement in builder_reqs:
         name, wanted = _requirement_name(requirement)
         if name in _BUILDER_FORBIDDEN or (name == "tritonclient" and wanted & {"http", "all"}):
             problems.append(f"pyproject.toml: the builder image would install {requirement!r} "
                             "(base dependencies + [build]); keep it in another extra")
+    return problems
+
+
+def _opencv_floor_violations(requirements: Sequence[str]) -> list[str]:
+    """OpenCV decodes untrusted WebP in the preprocess step: its floor must carry the libwebp fix."""
+    problems = []
+    for requirement in requirements:
+        name, _ = _requirement_name(requirement)
+        if name not in _OPENCV:
+            continue
+        floor = re.search(r">=\s*([0-9][0-9.]*)", requirement)
+        version = tuple(int(part) for part in floor.group(1).split(".")) if floor else ()
+        if version < OPENCV_FLOOR:
+            problems.append(f"pyproject.toml: {requirement!r} admits releases whose bundled libwebp has "
+                            f"CVE-2023-4863; require >={'.'.join(map(str, OPENCV_FLOOR))}")
     return problems

@@ -65,3 +65,13 @@ def test_extras_rule_catches_a_client_in_the_builder_image() -> None:
     grpc_only = {"project": {"dependencies": ["tritonclient[grpc]==2.51.0"],
                              "optional-dependencies": {"serve": [], "build": [], "loadtest": []}}}
     assert extras_violations(grpc_only) == []
+
+
+def test_the_opencv_floor_carries_the_libwebp_fix() -> None:
+    def project(opencv: str) -> dict[str, object]:
+        return {"project": {"dependencies": [opencv],
+                            "optional-dependencies": {"serve": [], "build": [], "loadtest": []}}}
+
+    assert extras_violations(project("opencv-python-headless>=4.8.1.78,<4.12")) == []
+    for old in ("opencv-python-headless>=4.8,<4.12", "opencv-python-headless<4.12", "opencv-python>=4.8.0.76"):
+        assert any("CVE-2023-4863" in p for p in extras_violations(project(old))), old

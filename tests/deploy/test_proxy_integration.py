@@ -10,24 +10,17 @@ from __future__ import annotations
 import statistics
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from deploy import sizing
 
-from .pod import TOKEN, Pod, pod_settings, running_pod
+from .pod import TOKEN, Pod
 
 pytestmark = pytest.mark.integration
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def pod() -> Iterator[Pod]:
-    with running_pod(pod_settings()) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
