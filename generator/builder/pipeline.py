@@ -278,4 +278,7 @@ def build_repository(
                          validated, detector.plan)
     files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()
     write_repository(output, files, force=force)
+    if detector.pending:
+        logger.info("The TensorRT plan is still to be built: on the serving GPU host run "
+                    "python -m generator plan %s", output)
     return BuildResult(output, info, models, manifest)

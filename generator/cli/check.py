@@ -29,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="only check file hashes; skip the TensorRT/GPU comparison (for machines that will not serve the plan)",
     )
+    parser.add_argument(
+        "--server-flags",
+        action="store_true",
+        help="print only the tritonserver flags this repository needs on stdout (for entrypoints: "
+        "flags=$(python -m generator check --server-flags DIR) && exec tritonserver ... $flags); reports go to stderr",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +55,10 @@ def run(args: argparse.Namespace) -> int:
     for mismatch in mismatches:
         print(f"mismatch: {mismatch.message}", file=sys.stderr)
     flags = server_flags(manifest)
-    if flags:
+    report = sys.stderr if args.server_flags else sys.stdout
+    if args.server_flags:
+        print(" ".join(flags))
+    elif flags:
         print(f"{repository}: Triton needs {' '.join(flags)} to load this plan (version-compatible)")
     if mismatches:
         print(f"{repository}: {len(mismatches)} mismatch(es)", file=sys.stderr)
@@ -64,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         scope = f"files, TensorRT{source} and GPU checked"
     print(
         f"{repository}: {len(manifest.files)} files match the manifest ({scope}; "
-        f"target {manifest.target}, precision {manifest.precision})"
+        f"target {manifest.target}, precision {manifest.precision})",
+        file=report,
     )
     return 0

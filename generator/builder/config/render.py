@@ -114,6 +114,51 @@ def _detector_context(io: DetectorIO, options: BuildOptions, parameters: dict[st
     }
 
 
+def _preprocess_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, parameters: dict[str, str],
+                        batching: dict[str, Any]) -> dict[str, Any]:
+    height, width = info.image_size
+    limits = options.limits
+    return {
+        **batching,
+        "name": options.model_names["preprocess"],
+        "max_batch_size": options.max_batch,
+        "image_dtype": io.input.data_type,
+        "image_dims": list(item_image_dims(image_layout(options), info.image_size)),
+        "instances": options.preprocess_instances,
+        "parameters": {
+            "input_height": str(height),
+            "input_width": str(width),
+            "max_image_bytes": str(limits.max_bytes),
+            "max_image_pixels": str(limits.max_pixels),
+            "max_image_side": str(limits.max_side),
+            "reduced_decode": "true" if options.reduced_decode else "false",
+            "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
+            **parameters,
+        },
+    }
+
+
+def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, parameters: dict[str, str],
+                 batching: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **batching,
+        "name": options.model_names["nms"],
+        "max_batch_size": options.max_batch,
+        "raw_name": io.output.name,
+        "raw_dtype": io.output.data_type,
+        "raw_dims": list(io.item_output_dims),
+        "max_detections": options.max_detections,
+        "instances": options.nms_instances,
+        "parameters": {
+            "layout": info.layout,
+            "conf_threshold": repr(options.conf_threshold),
+            "iou_threshold": repr(options.iou_threshold),
+            "max_detections": str(options.max_detections),
+            **parameters,
+        },
+    }
+
+
 def render_models(
     info: DetectorInfo,
     options: BuildOptions,
@@ -126,8 +171,6 @@ def render_models(
     ``detector`` is its config I/O as the backend will see it (default: as the ONNX declares it).
     """
     env = _environment()
-    names = options.model_names
-    height, width = info.image_size
     io = detector or detector_io(declared_io(info), info, options)
     batching = {
         "instance_kind": "KIND_CPU",
@@ -136,46 +179,13 @@ def render_models(
         "max_queue_size": options.max_queue_size,
     }
     extra = extra_parameters or {}
-    limits = options.limits
+    cuda_graphs = options.target == "tensorrt" and options.tensorrt.cuda_graphs
     contexts: dict[str, tuple[str, dict[str, Any]]] = {
-        "preprocess": ("preprocess.pbtxt.j2", {
-            "name": names["preprocess"],
-            "max_batch_size": options.max_batch,
-            "image_dtype": io.input.data_type,
-            "image_dims": list(item_image_dims(image_layout(options), info.image_size)),
-            "instances": options.preprocess_instances,
-            "parameters": {
-                "input_height": str(height),
-                "input_width": str(width),
-                "max_image_bytes": str(limits.max_bytes),
-                "max_image_pixels": str(limits.max_pixels),
-                "max_image_side": str(limits.max_side),
-                "reduced_decode": "true" if options.reduced_decode else "false",
-                "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
-                **extra.get("preprocess", {}),
-            },
-            **batching,
-        }),
-        "detector": (_DETECTOR_TEMPLATES[options.target], _detector_context(
-            io, options, extra.get("detector", {}), batching,
-            options.target == "tensorrt" and options.tensorrt.cuda_graphs)),
-        "nms": ("nms.pbtxt.j2", {
-            "name": names["nms"],
-            "max_batch_size": options.max_batch,
-            "raw_name": io.output.name,
-            "raw_dtype": io.output.data_type,
-            "raw_dims": list(io.item_output_dims),
-            "max_detections": options.max_detections,
-            "instances": options.nms_instances,
-            "parameters": {
-                "layout": info.layout,
-                "conf_threshold": repr(options.conf_threshold),
-                "iou_threshold": repr(options.iou_threshold),
-                "max_detections": str(options.max_detections),
-                **extra.get("nms", {}),
-            },
-            **batching,
-        }),
+        "preprocess": ("preprocess.pbtxt.j2",
+                       _preprocess_context(info, options, io, extra.get("preprocess", {}), batching)),
+        "detector": (_DETECTOR_TEMPLATES[options.target],
+                     _detector_context(io, options, extra.get("detector", {}), batching, cuda_graphs)),
+        "nms": ("nms.pbtxt.j2", _nms_context(info, options, io, extra.get("nms", {}), batching)),
     }
     rendered: dict[str, RenderedModel] = {}
     for step, (template, context) in contexts.items():

@@ -9,7 +9,6 @@ checked against that derivation, or, with ``--defer-plan``, the repository is wr
 from __future__ import annotations
 
 import json
-import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +36,6 @@ from generator.builder.tensorrt.plan_request import (
     plan_request,
     request_facts,
 )
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,6 @@ def tensorrt_detector(served: onnx.ModelProto, info: DetectorInfo, options: Buil
     plan = {**request_facts(request, options), "status": "pending", "plan_file": f"1/{PLAN_NAME}",
             "spec_file": f"1/{SPEC_NAME}"}
     if options.tensorrt.defer_plan:
-        logger.info("TensorRT plan deferred: complete it on the serving GPU host with python -m generator plan")
         return TensorRTArtifacts(request, files, plan)
     data, report = build_plan_files(request.spec, onnx_bytes, options.tensorrt.timeout_s)
     files[f"1/{PLAN_NAME}"] = data

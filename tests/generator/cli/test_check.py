@@ -135,6 +135,11 @@ def test_check_in_the_triton_image_uses_its_libnvinfer(detector_onnx, tmp_path, 
     out = capsys.readouterr().out
     assert f"TensorRT (libnvinfer at {library}) and GPU checked" in out
     assert "Triton needs --backend-config=tensorrt,version-compatible=true" in out
+    # What an entrypoint starts tritonserver with: the flags alone on stdout.
+    assert main(["check", "--server-flags", str(repo)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "--backend-config=tensorrt,version-compatible=true\n"
+    assert "files match the manifest" in captured.err
     # A later 10.x library runs the version-compatible plan; an older one does not.
     _triton_image(monkeypatch, tmp_path, 100800)
     assert main(["check", str(repo)]) == 0
@@ -155,6 +160,8 @@ def test_a_plain_plan_needs_the_images_exact_tensorrt(detector_onnx, tmp_path, m
     captured = capsys.readouterr()
     assert "a plan loads only with the TensorRT that built it (10.3.0), not 10.3.1" in captured.err
     assert "Triton needs" not in captured.out and "Triton needs" not in captured.err
+    assert main(["check", "--server-flags", "--files-only", str(repo)]) == 0
+    assert capsys.readouterr().out == "\n"  # a plain plan needs no extra flag
 
 
 def test_check_needs_only_the_standard_library(detector_onnx, tmp_path):

@@ -169,3 +169,12 @@ def test_config_dims_must_lie_inside_a_dynamic_engine_profile(repositories: dict
     messages = [str(v) for v in repository_violations(wider, {"yolo_detector": dynamic}, PENDING)]
     assert any("input 'images_bgr_u8' dim 1 = 128 is outside the engine profile (1, 32, 32, 3)..(8, 64, 64, 3)"
                in m for m in messages), messages
+
+
+def test_strict_parsing_uses_the_servers_release() -> None:
+    """Configs are parsed with tritonclient's model_config.proto, which is Triton 2.51's only at 2.51."""
+    import importlib.metadata
+
+    from generator.server.embedded import TRITON_VERSION
+
+    assert importlib.metadata.version("tritonclient") == TRITON_VERSION
