@@ -10,6 +10,7 @@ from clients.errors import (
     ClientTimeoutError,
     ImageSourceError,
     InferenceError,
+    RestrictedApiError,
     ServerUnavailableError,
 )
 from clients.sync_client import locate
@@ -18,8 +19,30 @@ GRPC = parse_endpoint("grpc://h:1")
 
 
 def test_one_tree():
-    for cls in (ServerUnavailableError, InferenceError, ClientTimeoutError, ImageSourceError):
+    for cls in (ServerUnavailableError, InferenceError, ClientTimeoutError, ImageSourceError, RestrictedApiError):
         assert issubclass(cls, ClientError)
+    assert not issubclass(RestrictedApiError, ServerUnavailableError)  # it must never be retried
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ("StatusCode.UNAVAILABLE", "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'"),
+        ("403", "This API is restricted, expecting header 'admin-key'"),
+    ],
+)
+def test_restricted_apis_are_named_as_such(status, message):
+    """Measured on Triton 2.51; gRPC's status is UNAVAILABLE, which alone would read as "retry later"."""
+    error = translate_error(InferenceServerException(message, status), GRPC, 2.0)
+    assert type(error) is RestrictedApiError
+    assert message in str(error) and "admin_key=" in str(error)
+
+
+def test_connection_closed_mid_request_is_unavailable():
+    from geventhttpclient.response import HTTPConnectionClosed
+
+    error = translate_error(HTTPConnectionClosed("connection closed."), GRPC, 2.0)
+    assert type(error) is ServerUnavailableError and "connection closed" in str(error)
 
 
 @pytest.mark.parametrize(
