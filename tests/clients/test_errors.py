@@ -104,3 +104,11 @@ def test_locate_prefixes_only_split_calls():
     located = locate(error, range(8, 11), 2)
     assert str(located) == "request for images 8..10: invalid image: image 1: corrupt"
     assert located.status == "400"
+
+
+def test_http_client_used_across_threads_says_so():
+    """What gevent raises when a sync HTTP client made in one thread blocks in another (seen in the faults suite)."""
+    import greenlet
+
+    error = translate_error(greenlet.error("Cannot switch to a different thread"), GRPC, 1.0)
+    assert type(error) is ClientError and "use one client per thread" in str(error)

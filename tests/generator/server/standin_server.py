@@ -47,7 +47,9 @@ class Handler(BaseHTTPRequestHandler):
         if state == "hang":
             time.sleep(30)
         if state == "broken":
-            self._answer(500, {"error": "Stub process 'm_preprocess_0_0' is not healthy."})
+            self._answer(500, {"error": "in ensemble 'm', onnx runtime error 6: something failed"})
+        elif state == "dead-stub":
+            self._answer(500, {"error": "in ensemble 'm', Stub process 'm_preprocess_0_0' is not healthy."})
         else:
             self._answer(200, {"outputs": [{"name": "num_detections", "datatype": "INT32", "shape": [1, 1],
                                             "data": [0]}]})

@@ -60,7 +60,7 @@ class Standin:
 
     def answered_healthy(self) -> bool:
         """A probe got a healthy answer: the supervisor is past its start and watching."""
-        return any(r["answered"] != "broken" for r in self.requests())
+        return any(r["answered"] not in ("broken", "dead-stub") for r in self.requests())
 
 
 @pytest.fixture
@@ -152,7 +152,15 @@ def test_probe_fails_on_a_failing_inference(running: Standin, capsys: pytest.Cap
     running.set("broken")
     assert watchdog.main(["probe", "--url", running.url, "--model", "m"]) == 1
     err = capsys.readouterr().err
-    assert err == "unhealthy: inference on m failed (HTTP 500): Stub process 'm_preprocess_0_0' is not healthy.\n"
+    assert err == "unhealthy: inference on m failed (HTTP 500): in ensemble 'm', onnx runtime error 6: something failed\n"
+
+
+@pytest.mark.parametrize(("state", "lasting"), [("broken", False), ("dead-stub", True)])
+def test_a_dead_stub_is_a_lasting_failure(running: Standin, state: str, lasting: bool) -> None:
+    running.set(state)
+    with pytest.raises(watchdog.ProbeError) as info:
+        watchdog.probe(running.url, ["m"])
+    assert info.value.lasting is lasting
 
 
 def test_probe_fails_on_time_when_the_inference_hangs(running: Standin, capsys: pytest.CaptureFixture[str]) -> None:
@@ -185,8 +193,18 @@ def test_supervise_stops_an_unhealthy_server_and_exits_1(standin: Standin) -> No
     standin.set("broken")
     assert process.wait(30) == watchdog.EXIT_UNHEALTHY
     stderr = process.stderr.read() if process.stderr else ""
-    assert "probe failed (2 of 2)" in stderr and "Triton is unhealthy" in stderr
+    assert "probe failed (2 of the last 2)" in stderr and "Triton is unhealthy" in stderr
     assert standin.log() == ["TERM"]  # asked to stop first, and it did
+
+
+def test_supervise_stops_at_once_for_a_dead_stub(standin: Standin) -> None:
+    process = supervise(standin, "--grace-s", "5", "--failures", "5")
+    wait_until(standin.answered_healthy)
+    standin.set("dead-stub")
+    assert process.wait(30) == watchdog.EXIT_UNHEALTHY
+    stderr = process.stderr.read() if process.stderr else ""
+    assert "probe failed (1 of the last 1)" in stderr and "a failure that does not heal" in stderr
+    assert "probe failed (2 of" not in stderr
 
 
 def test_supervise_kills_a_server_that_ignores_sigterm(standin: Standin) -> None:
@@ -246,6 +264,16 @@ def test_restart_mode_restarts_a_server_that_exits(standin: Standin) -> None:
         supervisor.request_stop()
         thread.join(30)
     assert supervisor.code == 0 and all(p.poll() is not None for p in processes)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("history", "failures", "verdict"),
+    [("ff", 2, True), ("fpf", 2, True), ("fppf", 2, False), ("pff", 2, True), ("fpfpf", 3, True),
+     ("ffppp", 3, False), ("fpfpp", 3, False), ("f", 1, True), ("p", 1, False)],
+)
+def test_unhealthy_after_n_failures_in_a_window_of_2n_minus_1(history: str, failures: int, verdict: bool) -> None:
+    """N in a row, or a server failing every other probe (one of two instances has a dead stub)."""
+    assert watchdog.unhealthy([c == "f" for c in history], failures) is verdict
 
 
 def test_policy_rejects_nonsense() -> None:
