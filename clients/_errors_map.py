@@ -35,6 +35,8 @@ def translate_error(exc: BaseException, endpoint: Endpoint, timeout_s: float) ->
         # HTTPException: geventhttpclient's "connection closed" when a server goes away mid-request.
         detail = str(exc) or type(exc).__name__
         return ServerUnavailableError(f"cannot reach Triton at {endpoint}: {detail}")
+    if type(exc).__module__ == "greenlet":  # a gevent-based HTTP client used from a thread other than its own
+        return ClientError(f"{exc} ({endpoint}): the HTTP client is gevent-based; use one client per thread")
     return ClientError(f"unexpected {type(exc).__name__} talking to {endpoint}: {exc}")
 
 

@@ -95,8 +95,8 @@ def extras_violations(pyproject: Mapping[str, Any], images: Sequence[str] = tupl
     extras = project.get("optional-dependencies") or {}
     problems = [f"pyproject.toml: no [{DOCKERFILES[i][2]}] extra for the {i} image"
                 for i in images if DOCKERFILES[i][2] not in extras]
-    serving = [*(project.get("dependencies") or []), *extras.get("serve", [])]
-    problems += _opencv_floor_violations(serving)
+    everywhere = [*(project.get("dependencies") or []), *(r for reqs in extras.values() for r in reqs)]
+    problems += _opencv_floor_violations(everywhere)
     builder_reqs = [*(project.get("dependencies") or []), *extras.get("build", [])]
     for requirement in builder_reqs:
         name, wanted = _requirement_name(requirement)

@@ -1,8 +1,9 @@
 """``serve``: the embedded Triton in the foreground, hardened like deploy and restarted by the watchdog.
 
 The admin API groups are restricted with the key from TRITON_ADMIN_TOKEN (or a printed random one), every
-ensemble found in the repositories is probed with a real inference, and a server that fails the probe
-``--probe-failures`` times in a row (a dead Python-backend stub, a hang) or exits is restarted. Ctrl-C or
+ensemble found in the repositories is probed with a real inference, and a server that fails
+``--probe-failures`` probes (in a row, or among the last 2N-1: a hang, a crash loop), that has lost a
+Python-backend stub (one failed probe says so), or that exits is restarted. Ctrl-C or
 SIGTERM drains the requests in flight (``--drain-timeout-s``); a second one stops at once.
 """
 
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-timeout-s", type=int, default=EXIT_TIMEOUT_S,
                         help="on Ctrl-C/SIGTERM, seconds the requests in flight get to finish")
     parser.add_argument("--probe-interval-s", type=float, default=5.0, help="seconds between watchdog probes")
-    parser.add_argument("--probe-failures", type=int, default=3, help="failed probes in a row before a restart")
+    parser.add_argument("--probe-failures", type=int, default=3, help="failed probes (in a row, or among the last 2N-1) before a restart")
     parser.add_argument("--probe-timeout-s", type=float, default=5.0, help="seconds one probe may take")
     parser.add_argument("--restart-grace-s", type=float, default=5.0,
                         help="seconds an unhealthy server gets after SIGTERM before it is killed and restarted")

@@ -10,8 +10,9 @@ configured with ``priority_levels: 2``; on models without priority levels Triton
         exit 0 when healthy, 1 with one line when not: the Kubernetes liveness probe, the compose healthcheck.
     python3 watchdog.py supervise --url HOST:PORT --model NAME --failures N --interval-s S --grace-s G \\
             -- tritonserver ARGS...
-        starts the server, probes it every S seconds, and after N failures in a row stops it (SIGTERM, SIGKILL
-        after G seconds) and exits 1 so the container's restart policy starts a fresh one. SIGTERM is passed
+        starts the server, probes it every S seconds, and after N failed probes (in a row, or among the last
+        2N-1), or at once when a probe finds a dead Python-backend stub (it never comes back by itself), stops
+        it (SIGTERM, SIGKILL after G seconds) and exits 1 so the container's restart policy starts a fresh one. SIGTERM is passed
         on to the server, which drains the requests in flight (see generator/server/shutdown.py).
 
 ``python -m generator serve`` uses the same `Supervisor` with ``restart=True``. Standard library only: this
@@ -26,12 +27,14 @@ import http.client
 import json
 import logging
 import os
+import re
 import signal
 import struct
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -58,11 +61,20 @@ INPUT_NAME = "IMAGE"
 COUNT_OUTPUT = "num_detections"
 # Highest request priority: ahead of user traffic (default level 2) on models with priority_levels 2.
 PROBE_PRIORITY = 1
+_DEAD_STUB = re.compile(r"Stub process '[^']+' is not healthy")
 EXIT_UNHEALTHY = 1
 
 
 class ProbeError(Exception):
-    """The server or one of its models cannot serve; the message says what failed."""
+    """The server or one of its models cannot serve; the message says what failed.
+
+    `lasting` marks a failure that cannot heal by itself: a dead Python-backend stub, which the backend
+    stopped restarting in 24.06 ("Stub process '<instance>' is not healthy.", python_backend stub_launcher).
+    """
+
+    def __init__(self, message: str, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class WatchdogError(Exception):
@@ -143,7 +155,9 @@ def check_inference(address: tuple[str, int], model: str, timeout_s: float) -> i
     headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(header_len)}
     status, payload = _request(address, "POST", f"/v2/models/{model}/infer", timeout_s, body, headers)
     if status != 200:
-        raise ProbeError(f"inference on {model} failed (HTTP {status}): {_error_text(payload)}")
+        text = _error_text(payload)
+        lasting = _DEAD_STUB.search(text) is not None
+        raise ProbeError(f"inference on {model} failed (HTTP {status}): {text}", lasting=lasting)
     try:
         outputs = {o["name"]: o for o in json.loads(payload)["outputs"]}
         count = int(outputs[COUNT_OUTPUT]["data"][0])
@@ -179,7 +193,7 @@ def probe(url: str, models: Sequence[str], timeout_s: float = 5.0) -> None:
 class WatchPolicy:
     """When the supervisor gives up on a server, and how long it lets one stop."""
 
-    failures: int = 3  # probes failing in a row before the server is stopped
+    failures: int = 3  # failed probes among the last 2 * failures - 1 (N in a row, or a server failing every other)
     interval_s: float = 10.0  # between probes
     timeout_s: float = 5.0  # one probe, readiness and inference together
     grace_s: float = 40.0  # SIGTERM to SIGKILL when asked to stop: the server drains meanwhile
@@ -285,8 +299,8 @@ class Supervisor:
         return "stop requested"
 
     def _watch(self, child: subprocess.Popen[Any]) -> str:
-        """Probe every interval until `failures` probes fail in a row or the child exits; say why."""
-        failed = 0
+        """Probe every interval until the server is judged unhealthy (`unhealthy`) or exits; say why."""
+        recent: deque[bool] = deque(maxlen=2 * self.policy.failures - 1)  # True: the probe failed
         while True:
             self._sleep(child, self.policy.interval_s)
             if self._stop.is_set():
@@ -296,14 +310,16 @@ class Supervisor:
             try:
                 probe(self.url, self.models, self.policy.timeout_s)
             except ProbeError as exc:
-                failed += 1
-                logger.warning("probe failed (%d of %d): %s", failed, self.policy.failures, exc)
-                if failed >= self.policy.failures:
-                    return f"{failed} probes failed in a row, the last: {exc}"
+                recent.append(True)
+                logger.warning("probe failed (%d of the last %d): %s", sum(recent), len(recent), exc)
+                if exc.lasting:
+                    return f"a failure that does not heal: {exc}"
+                if unhealthy(recent, self.policy.failures):
+                    return f"{sum(recent)} of the last {len(recent)} probes failed, the last: {exc}"
                 continue
-            if failed:
-                logger.info("probe passed again after %d failure(s)", failed)
-            failed = 0
+            if recent and recent[-1]:
+                logger.info("probe passed again")
+            recent.append(False)
 
     def _sleep(self, child: subprocess.Popen[Any], seconds: float) -> None:
         """Wait, returning early on a stop request or when the child exits."""
@@ -324,6 +340,15 @@ class Supervisor:
                 _kill_group(child)
         code = child.wait()
         return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
+
+
+def unhealthy(recent: Sequence[bool], failures: int) -> bool:
+    """`failures` failed probes among the last ``2 * failures - 1`` (True = failed).
+
+    N failures in a row is the usual case. The window also catches a server that fails every other
+    probe: one of two instances of a step has lost its stub, and half of all requests fail for good.
+    """
+    return sum(list(recent)[-(2 * failures - 1) :]) >= failures
 
 
 def _kill_group(child: subprocess.Popen[Any]) -> None:
@@ -351,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help="ensemble to probe (repeat for several)")
         command.add_argument("--timeout-s", type=float, default=defaults.timeout_s, help="seconds per probe")
     supervise = sub.choices["supervise"]
-    supervise.add_argument("--failures", type=int, default=defaults.failures, help="failed probes in a row")
+    supervise.add_argument("--failures", type=int, default=defaults.failures,
+                           help="failed probes (in a row, or among the last 2N-1) before the server is stopped")
     supervise.add_argument("--interval-s", type=float, default=defaults.interval_s, help="between probes")
     supervise.add_argument("--grace-s", type=float, default=defaults.grace_s, help="SIGTERM to SIGKILL")
     supervise.add_argument("--start-timeout-s", type=float, default=defaults.start_timeout_s,
