@@ -8,8 +8,9 @@
    plan, the plan against this image's libnvinfer and GPUs. A repository that would not load stops here
    with the check's own reason and exit code 1 (compose restarts with back-off, Kubernetes shows
    CrashLoopBackOff and the reason in the log) instead of a server that fails at load time.
-2. The flags the repository itself needs (``server_flags`` of its manifest: a version-compatible plan
-   needs ``--backend-config=tensorrt,version-compatible=true``) are appended to the tritonserver command.
+2. The flags the repository itself needs, which the same check prints (``--server-flags``: a
+   version-compatible plan needs ``--backend-config=tensorrt,version-compatible=true``), are appended to
+   the tritonserver command.
 3. This process becomes ``watchdog.py supervise ... -- tritonserver ...`` (exec, same PID): SIGTERM drains
    the server, N failed probes in a row stop it and exit 1, so the restart policy starts a fresh one.
 """
@@ -28,22 +29,14 @@ class ServeError(Exception):
     """The repository cannot be served here; the message says why."""
 
 
-def repository_flags(repository: Path) -> list[str]:
-    """tritonserver flags this repository's manifest asks for."""
-    from generator.builder.manifest import read_manifest, server_flags
-    from generator.errors import GeneratorError
-
-    try:
-        return server_flags(read_manifest(repository))
-    except GeneratorError as exc:
-        raise ServeError(str(exc)) from exc
-
-
-def check_repository(repository: Path) -> None:
-    """``generator check``, with its output passed through; ServeError when it refuses."""
-    code = subprocess.run([sys.executable, "-m", "generator", "check", str(repository)], check=False).returncode
-    if code != 0:
-        raise ServeError(f"generator check refused {repository} (exit {code}); not starting Triton")
+def checked_flags(repository: Path) -> list[str]:
+    """``generator check --server-flags``: the verdict and its reasons (stderr, passed through), then the
+    tritonserver flags the repository needs (stdout), from one run of the check."""
+    result = subprocess.run([sys.executable, "-m", "generator", "check", "--server-flags", str(repository)],
+                            stdout=subprocess.PIPE, text=True, check=False)
+    if result.returncode != 0:
+        raise ServeError(f"generator check refused {repository} (exit {result.returncode}); not starting Triton")
+    return result.stdout.split()
 
 
 def supervise_argv(args: argparse.Namespace, server: Sequence[str], extra_flags: Sequence[str]) -> list[str]:
@@ -84,8 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ServeError("no server command: put it after --, e.g. -- tritonserver --model-repository=...")
         if not args.watchdog.is_file():
             raise ServeError(f"watchdog {args.watchdog} not found; the Triton image copies it there")
-        check_repository(args.repository)
-        argv_out = supervise_argv(args, server, repository_flags(args.repository))
+        argv_out = supervise_argv(args, server, checked_flags(args.repository))
     except ServeError as exc:
         print(f"serve_models: {exc}", file=sys.stderr)
         return 1
