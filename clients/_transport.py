@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -12,30 +11,10 @@ from clients._errors_map import translate_error
 from clients.detection import OUTPUT_NAMES
 from clients.endpoint import Endpoint
 from clients.errors import ClientError
+from clients.nodelay import disable_nagle
 from clients.request import image_request
 
 T = TypeVar("T")
-
-
-def _disable_nagle(client: Any) -> None:
-    """Send each request at once: TCP_NODELAY on every connection of tritonclient's HTTP client.
-
-    Over TLS a request body leaves as several records, each its own write; with Nagle's algorithm the last,
-    small one waits for the peer's delayed ACK, +40 ms per request through the deploy's TLS proxy (measured:
-    deploy/README.md). gRPC and aiohttp (the async client) set TCP_NODELAY themselves; geventhttpclient
-    does not and has no option for it, so its connection pool's socket factory gets it.
-    """
-    pool = getattr(getattr(client, "_client_stub", None), "_connection_pool", None)
-    create = getattr(pool, "_create_tcp_socket", None)
-    if create is None:
-        return
-
-    def create_without_nagle(*args: Any) -> Any:
-        sock = create(*args)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-
-    pool._create_tcp_socket = create_without_nagle  # type: ignore[union-attr]
 
 
 class SyncTransport:
@@ -71,7 +50,7 @@ class SyncTransport:
                     network_timeout=timeout_s,
                     **opts,
                 )
-                _disable_nagle(self._client)
+                disable_nagle(self._client._client_stub)
         except Exception as exc:
             raise translate_error(exc, endpoint, timeout_s) from exc
 

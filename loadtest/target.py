@@ -9,18 +9,26 @@ from .errors import LoadTestError
 
 DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
 DEFAULT_METRICS_PORT = 8002
+# TLS schemes (the deploy's proxy in front of Triton) and the protocol each speaks.
+TLS_SCHEMES = {"grpcs": "grpc", "https": "http"}
+
+
+def uses_tls(url: str) -> bool:
+    """``grpcs://`` and ``https://`` URLs reach Triton through a TLS proxy."""
+    return url.strip().partition("://")[0].lower() in TLS_SCHEMES if "://" in url else False
 
 
 def address_of(url: str, protocol: str) -> str:
-    """``grpc://h:p``, ``http://h:p/prefix`` or ``h:p`` -> ``h:p[/prefix]``; a missing port gets the default."""
+    """``grpc[s]://h:p``, ``http[s]://h:p/prefix`` or ``h:p`` -> ``h:p[/prefix]``; a missing port gets the default."""
     if protocol not in DEFAULT_PORTS:
         raise LoadTestError(f"unknown protocol {protocol!r}: use grpc or http")
     text = url.strip()
     if "://" in text:
         scheme, _, text = text.partition("://")
-        if scheme.lower() not in ("grpc", "http"):
-            raise LoadTestError(f"unsupported scheme {scheme!r} in {url!r} (TLS is not supported by the load tools)")
-        if scheme.lower() != protocol:
+        scheme = TLS_SCHEMES.get(scheme.lower(), scheme.lower())
+        if scheme not in ("grpc", "http"):
+            raise LoadTestError(f"unsupported scheme {scheme!r} in {url!r}: use grpc[s]:// or http[s]://")
+        if scheme != protocol:
             raise LoadTestError(f"URL {url!r} says {scheme} but the protocol is {protocol}")
     host_port, sep, path = text.partition("/")
     host, port = split_host_port(host_port, DEFAULT_PORTS[protocol], url)

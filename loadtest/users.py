@@ -22,10 +22,12 @@ import grpc.experimental.gevent as grpc_gevent
 from locust import User, task
 from locust.env import Environment
 
+from clients.nodelay import disable_nagle
+
 from .errors import InferenceFailed
 from .images import DEFAULT_SIZES, build_corpus
 from .report import threshold_breaches
-from .target import address_of
+from .target import address_of, uses_tls
 
 grpc_gevent.init_gevent()
 
@@ -50,6 +52,8 @@ def add_locust_arguments(parser: Any) -> None:
                        help="exit non-zero if the p95 latency exceeds this")
     group.add_argument("--triton-max-fail-ratio", env_var="LOADTEST_MAX_FAIL_RATIO", type=float, default=None,
                        help="exit non-zero if the failure ratio exceeds this")
+    group.add_argument("--triton-ca-cert", env_var="LOADTEST_CA_CERT", default="",
+                       help="CA certificate for grpcs:// and https:// hosts (the deploy's TLS proxy)")
     group.add_argument("--triton-runinfo", env_var="LOADTEST_RUNINFO", default="",
                        help="write run facts (users, CPU warnings, totals) as JSON here when Locust quits")
 
@@ -62,6 +66,7 @@ class UserSettings:
     images_per_size: int
     timeout_s: float
     think_s: float
+    ca_cert: str = ""
 
     @classmethod
     def from_options(cls, options: argparse.Namespace | None) -> UserSettings:
@@ -77,6 +82,7 @@ class UserSettings:
             images_per_size=int(get("triton_images_per_size", "LOADTEST_IMAGES_PER_SIZE", 4)),
             timeout_s=float(get("triton_timeout", "LOADTEST_TIMEOUT", 30.0)),
             think_s=float(get("triton_think_ms", "LOADTEST_THINK_MS", 0.0)) / 1000.0,
+            ca_cert=str(get("triton_ca_cert", "LOADTEST_CA_CERT", "")),
         )
 
 
@@ -170,7 +176,8 @@ class TritonGrpcUser(TritonUser):
         import tritonclient.grpc as grpcclient
 
         self._grpc = grpcclient
-        self.client = grpcclient.InferenceServerClient(_address(self.host, "grpc"))
+        tls = {"ssl": True, "root_certificates": self.settings.ca_cert or None} if uses_tls(self.host or "") else {}
+        self.client = grpcclient.InferenceServerClient(_address(self.host, "grpc"), **tls)
         self._outputs = [grpcclient.InferRequestedOutput(name) for name in OUTPUT_NAMES]
 
     def prepare(self, image: bytes) -> Any:
@@ -210,10 +217,14 @@ class TritonHttpUser(TritonUser):
         host_port, _, path = address.partition("/")
         host, _, port = host_port.rpartition(":")
         self._prefix = f"/{path}" if path else ""
+        tls: dict[str, Any] = {}
+        if uses_tls(self.host or ""):
+            tls = {"ssl": True, "ssl_options": {"ca_certs": self.settings.ca_cert} if self.settings.ca_cert else {}}
         self.client = HTTPClient(
             host.strip("[]"), int(port), connection_timeout=self.settings.timeout_s,
-            network_timeout=self.settings.timeout_s, concurrency=1,
+            network_timeout=self.settings.timeout_s, concurrency=1, **tls,
         )
+        disable_nagle(self.client)  # over TLS, Nagle adds a delayed ACK (40 ms) to every request
 
     def prepare(self, image: bytes) -> Any:
         import numpy as np

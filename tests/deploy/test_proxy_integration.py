@@ -10,13 +10,14 @@ from __future__ import annotations
 import statistics
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from deploy import sizing
 
-from .pod import TOKEN, Pod
+from .pod import REPO, TOKEN, Pod
 
 pytestmark = pytest.mark.integration
 
@@ -184,3 +185,28 @@ def test_proxy_latency_overhead_paired(pod: Pod, jpeg: bytes, protocol: str) -> 
     print(f"\n{protocol}: {pairs} pairs, p50 direct {p50['direct']:.2f} ms, proxied {p50['proxied']:.2f} ms, "
           f"median paired overhead {overhead:.2f} ms, mean {statistics.fmean(deltas):.2f} ms")
     assert overhead < 10.0, f"the proxy adds {overhead:.1f} ms per request"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("user", "scheme"), [("GrpcDetectionUser", "grpcs"), ("HttpDetectionUser", "https")])
+def test_the_rendered_locust_users_load_the_pod_through_the_proxy(pod: Pod, tmp_path: Path, user: str,
+                                                                   scheme: str) -> None:
+    """What compose and the Kubernetes Jobs run: the project's Locust users, TLS verified with the proxy's cert."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    port = pod.settings.proxy_grpc_port if scheme == "grpcs" else pod.settings.proxy_http_port
+    env = {**os.environ, "LOADTEST_MODEL": pod.settings.model_name, "LOADTEST_CA_CERT": str(pod.ca),
+           "LOADTEST_IMAGES_PER_SIZE": "1"}
+    locust = Path(sys.executable).parent / "locust"
+    result = subprocess.run(
+        [str(locust), "-f", str(REPO / "loadtest" / "locustfile.py"), user, "--headless", "--users", "2",
+         "--spawn-rate", "2", "--run-time", "6s", f"--host={scheme}://localhost:{port}", "--csv", str(tmp_path / "run"),
+         "--only-summary"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=180, check=False)
+    rows = {row["Name"]: row for row in csv.DictReader((tmp_path / "run_stats.csv").open())}
+    total = rows["Aggregated"]
+    assert int(total["Request Count"]) > 10 and int(total["Failure Count"]) == 0, result.stderr[-2000:]
+    print(f"\n{user} via {scheme}: {total['Request Count']} requests, median {total['Median Response Time']} ms")
