@@ -377,11 +377,14 @@ def _quiet_onnxruntime_logs() -> Iterator[None]:
     Its pre-processing is symbolic shape inference, which on failure saves a file into the current
     directory; ``quantize_static`` runs ONNX shape inference itself, which is all a CNN needs.
     """
-    logger = logging.getLogger()
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    root.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
-        logger.setLevel(level)
+        # Its module-level logging.warning() calls install a root handler when there is none, after
+        # which every record of the build would be printed twice.
+        root.handlers[:] = handlers
+        root.setLevel(level)

@@ -15,8 +15,11 @@ would also turn to FP16.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import re
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +29,10 @@ import onnx
 
 from generator.builder.precision.errors import PrecisionError
 
+logger = logging.getLogger(__name__)
 EXTRA = "int8-modelopt"
+TIMEOUT_S = 3600.0
+_SOURCE, _CALIBRATION, _REQUEST, _OUTPUT = "model.onnx", "calibration.npy", "request.json", "int8.onnx"
 _METHODS = {"minmax": "max", "entropy": "entropy"}  # with symmetric activations, max is minmax
 
 
@@ -59,33 +65,72 @@ def quantize_with_model_optimizer(
 ) -> onnx.ModelProto:
     """FP32 Q/DQ graph calibrated on ``items`` (preprocessed NCHW batches the model accepts).
 
-    ``excluded`` node names become anchored regexes (Model Optimizer matches patterns with ``re.match``).
-    Model Optimizer writes intermediates next to its input, so everything happens in a temporary folder.
+    Runs in a child process: Model Optimizer patches ONNX Runtime's calibrators process-wide (its
+    ``ort_patching``), after which a plain ``quantize_static`` in the same process fails. ``excluded`` node
+    names become anchored regexes (Model Optimizer matches patterns with ``re.match``).
     """
-    from modelopt.onnx.quantization import quantize
-
     if method not in _METHODS:
         raise PrecisionError(f"Model Optimizer calibrates with {' or '.join(_METHODS)}, not {method}")
-    _ignore_tensorrt_stubs()
-    modelopt_logger = logging.getLogger("modelopt")
-    level = modelopt_logger.level
     with tempfile.TemporaryDirectory(prefix="tde-modelopt-") as tmp:
-        source, output = Path(tmp) / "model.onnx", Path(tmp) / "int8.onnx"
-        onnx.save_model(model, source)
+        work = Path(tmp)
+        onnx.save_model(model, work / _SOURCE)
+        np.save(work / _CALIBRATION, np.concatenate(list(items)))
+        request = {"input": model.graph.input[0].name, "method": _METHODS[method],
+                   "exclude": [re.escape(name) + "$" for name in excluded]}
+        (work / _REQUEST).write_text(json.dumps(request))
         try:
-            quantize(
-                onnx_path=str(source),
-                quantize_mode="int8",
-                calibration_data={model.graph.input[0].name: np.concatenate(list(items))},
-                calibration_method=_METHODS[method],
-                calibration_eps=["cpu"],
-                high_precision_dtype="fp32",
-                nodes_to_exclude=[re.escape(name) + "$" for name in excluded],
-                output_path=str(output),
-                log_level="WARNING",
-            )
-        except (ValueError, AssertionError, RuntimeError) as exc:
-            raise PrecisionError(f"Model Optimizer INT8 quantization failed: {exc}") from exc
-        finally:
-            modelopt_logger.setLevel(level)
-        return onnx.load_model(output)
+            completed = subprocess.run([sys.executable, "-m", __name__, str(work)], capture_output=True, text=True,
+                                       timeout=TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise PrecisionError(f"Model Optimizer did not finish within {TIMEOUT_S} s") from exc
+        logger.debug("Model Optimizer output:\n%s", completed.stderr)
+        if completed.returncode != 0:
+            raise PrecisionError(f"Model Optimizer INT8 quantization failed: {_exception_text(completed)}")
+        return onnx.load_model(work / _OUTPUT)
+
+
+def _exception_text(completed: subprocess.CompletedProcess[str]) -> str:
+    """The child's final exception (type and message, possibly over several lines) as one line.
+
+    It follows the last traceback frame (``  File ...``) and that frame's source lines (indented 4+).
+    """
+    lines = [line for line in completed.stderr.rstrip().splitlines() if line.strip()]
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    start = frames[-1] + 1 if frames else max(len(lines) - 1, 0)
+    while start < len(lines) and lines[start].startswith("    "):
+        start += 1
+    text = " ".join(line.strip() for line in lines[start:]) or f"exit status {completed.returncode}"
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _quantize_in_child(work: Path) -> None:
+    """The child process: Model Optimizer's ``quantize`` on the files the parent wrote into ``work``."""
+    _ignore_tensorrt_stubs()
+    from modelopt.onnx.quantization import quantize
+
+    request = json.loads((work / _REQUEST).read_text())
+    quantize(
+        onnx_path=str(work / _SOURCE),  # its intermediates land next to this file
+        quantize_mode="int8",
+        calibration_data={request["input"]: np.load(work / _CALIBRATION)},
+        calibration_method=request["method"],
+        calibration_eps=["cpu"],
+        high_precision_dtype="fp32",
+        nodes_to_exclude=request["exclude"],
+        output_path=str(work / _OUTPUT),
+        log_level="WARNING",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m generator.builder.precision.model_optimizer WORKDIR`` (run by the parent build)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m generator.builder.precision.model_optimizer WORKDIR", file=sys.stderr)
+        return 2
+    _quantize_in_child(Path(args[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
