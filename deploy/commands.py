@@ -109,7 +109,7 @@ def build_args(settings: Settings, target: str, onnx: str = DETECTOR_ONNX_PATH) 
     if not settings.reduce_head:
         args.append("--no-reduce-head")
     if target == "tensorrt":
-        args += ["--triton-image", f"{settings.triton_base_image}"]
+        args += ["--triton-image", settings.triton_base_image]
         if settings.version_compatible:
             args.append("--version-compatible")
     return args

@@ -89,8 +89,11 @@ def _stub_pids(server_pid: int, model: str) -> list[int]:
 def test_a_dead_python_stub_makes_the_entry_point_exit_non_zero(capsys: pytest.CaptureFixture[str]) -> None:
     """Triton 2.51 keeps /v2/health/ready at 200 after a stub dies; the watchdog's probes do not, and the
     container's main process exits 1 so the restart policy (compose) or the kubelet starts a fresh one."""
-    settings = pod_settings(probe_interval_s=2, probe_timeout_s=1, probe_failures=2)
+    settings = pod_settings(probe_interval_s=5, probe_timeout_s=4, probe_failures=2)
     with running_pod(settings) as pod:
+        # The supervisor watches only once its own probe has passed (until then Triton is still starting):
+        # give it one interval after ours passed.
+        time.sleep(settings.probe_interval_s)
         stubs = _stub_pids(pod.serve.pid, "yolo_preprocess")
         assert stubs, "no Python-backend stub process found for yolo_preprocess"
         for pid in stubs:
