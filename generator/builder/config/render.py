@@ -71,6 +71,17 @@ def detector_max_batch(info: DetectorInfo, options: BuildOptions) -> int:
     )
 
 
+def preprocess_placement(options: BuildOptions) -> dict[str, str]:
+    """``--preprocess-device gpu`` puts the preprocess instances on the GPU (KIND_GPU: ``count`` on each GPU).
+
+    Its IMAGE input is BYTES, which the Python backend always hands over in CPU memory; its PREPROCESSED output
+    is a device tensor (DLPack). A TensorRT detector (KIND_GPU) reads it in place; a Python-backend detector or
+    NMS step keeps the default FORCE_CPU_ONLY_INPUT_TENSORS "yes" and gets it copied to the host by Triton
+    (python_backend README, "Input Tensor Device Placement").
+    """
+    return {"instance_kind": "KIND_GPU"} if options.preprocess_device == "gpu" else {}
+
+
 def render_models(
     info: DetectorInfo,
     options: BuildOptions,
@@ -126,9 +137,10 @@ def render_models(
                 "max_image_side": str(limits.max_side),
                 "reduced_decode": "true" if options.reduced_decode else "false",
                 "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
+                **({"preprocess_device": "gpu"} if options.preprocess_device == "gpu" else {}),
                 **extra.get("preprocess", {}),
             },
-            **batching,
+            **{**batching, **preprocess_placement(options)},
         }),
         "detector": (_DETECTOR_TEMPLATES[options.target], detector),
         "nms": ("nms.pbtxt.j2", {

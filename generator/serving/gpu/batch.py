@@ -129,6 +129,16 @@ class GpuPreprocessor:
         self.reduced_decode = reduced_decode
         self.parts = parts if parts is not None else DeviceParts.cupy(decoder, lanes)
 
+    @classmethod
+    def on_device(cls, device_id: int, target: tuple[int, int], limits: ImageLimits = DEFAULT_LIMITS,
+                  reduced_decode: bool = True) -> GpuPreprocessor:
+        """A preprocessor for one Triton instance of KIND_GPU: CuPy and the decoder both on ``device_id``.
+
+        The device becomes this thread's current CuPy device, so the output batches are allocated there.
+        """
+        import_cupy().cuda.Device(device_id).use()
+        return cls(target, limits, reduced_decode, DecoderOptions(device_id=device_id))
+
     def prepare_batch(self, encoded: Sequence[bytes]) -> GpuPreparedBatch:
         xp = self.parts.xp
         height, width = self.target
