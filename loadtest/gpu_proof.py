@@ -271,7 +271,9 @@ def serve(folders: Sequence[Path], log: Path, stub_pythonpath: str) -> Any:
     """Start the embedded Triton on ``folders`` (model repositories); the stubs get ``stub_pythonpath``."""
     from generator.server.embedded import EmbeddedServer
 
-    os.environ["PYTHONPATH"] = stub_pythonpath  # the server and its stubs inherit it; this process started before
+    # The embedded 2.51 stub ignores PYTHONPATH (measured: its sys.path is the venv's); the device script's .pth
+    # file prepends TDE_STUB_PYTHONPATH instead. This process started before either was set.
+    os.environ["PYTHONPATH"] = os.environ["TDE_STUB_PYTHONPATH"] = stub_pythonpath
     extra = tuple(f"--model-repository={p.resolve()}" for p in folders[1:])
     server = EmbeddedServer(folders[0], free_port(), free_port(), free_port(), log_file=log,
                             extra_args=(*extra, f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"))

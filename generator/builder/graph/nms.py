@@ -57,7 +57,7 @@ def _node(op: str, inputs: list[str], output: str, **attrs: Any) -> onnx.NodePro
     return helper.make_node(op, inputs, [output], name=output, **attrs)
 
 
-def _constants(settings: NmsSettings) -> list[onnx.TensorProto]:
+def _constants(settings: NmsSettings, anchors: int | None) -> list[onnx.TensorProto]:
     arrays: dict[str, np.ndarray] = {
         "zero": np.array(0.0, dtype=np.float32),
         "two": np.array(2.0, dtype=np.float32),
@@ -68,8 +68,10 @@ def _constants(settings: NmsSettings) -> list[onnx.TensorProto]:
         "box_lo": np.array([0], dtype=np.int64), "box_hi": np.array([4], dtype=np.int64),
         "xy_hi": np.array([2], dtype=np.int64), "last": np.array([-1], dtype=np.int64),
         "score_at": np.array(4, dtype=np.int64), "class_at": np.array(5, dtype=np.int64),
-        "pairs": np.array([0, 2], dtype=np.int64), "anchor_axis": np.array([1], dtype=np.int64),
+        "pairs": np.array([0, 2], dtype=np.int64),
     }
+    if anchors is None:
+        arrays["anchor_axis"] = np.array([1], dtype=np.int64)
     return [numpy_helper.from_array(value, _P + name) for name, value in arrays.items()]
 
 
@@ -234,7 +236,7 @@ def add_nms(model: onnx.ModelProto, layout: str, settings: NmsSettings) -> onnx.
     graph = model.graph
     if NMS_OUTPUT in {o for node in graph.node for o in node.output} | {i.name for i in graph.input}:
         raise GraphNmsError(f"the graph already has a tensor named '{NMS_OUTPUT}'")
-    graph.initializer.extend(_constants(settings))
+    graph.initializer.extend(_constants(settings, anchors))
     if layout == "v5":
         split = np.array([4, 1, settings.num_classes], dtype=np.int64)
         graph.initializer.append(numpy_helper.from_array(split, _P + "v5_split"))
