@@ -57,7 +57,7 @@ DECODERS = (
 # Settings for the whole GPU prepare_batch.
 PREPROCESS = (
     ("hardware", DecoderOptions(backend="hardware")),
-    ("auto", DecoderOptions()),
+    ("auto", DecoderOptions(backend="auto")),
     ("auto adaptive threads=4", DecoderOptions(adaptive_load=True, cpu_threads=4)),
 )
 

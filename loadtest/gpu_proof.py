@@ -241,7 +241,7 @@ def sustained(url: str, jpegs: dict[tuple[int, int], list[bytes]], seconds: floa
     results: dict[str, Any] = {}
     for size, images in jpegs.items():
         requests = tuple(tuple(images[i : i + 8]) for i in range(0, len(images) - 7, 8))
-        for concurrency in (16, 32):
+        for concurrency in (16, 32, 64):
             load = Load(url, model, requests, (LETTERBOX,), seconds, 1)
             results[f"{size[0]}x{size[1]} c{concurrency}"] = measured(client, model, load, concurrency)
     return results

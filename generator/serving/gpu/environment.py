@@ -70,8 +70,11 @@ def device_problems(importer: Callable[[str], Any] = importlib.import_module) ->
                 "(--gpus / the NVIDIA device plugin) or rebuild with --preprocess-device cpu"]
     try:
         GpuJpegDecoder(DecoderOptions())
-    except GpuUnavailableError as exc:
-        return [f"{exc}; install nvImageCodec's nvJPEG extension ({INSTALL})"]
+    except GpuUnavailableError:
+        try:  # what the preprocess falls back to on a GPU without a hardware JPEG engine
+            GpuJpegDecoder(DecoderOptions(backend="cuda"))
+        except GpuUnavailableError as exc:
+            return [f"{exc}; install nvImageCodec's nvJPEG extension ({INSTALL})"]
     return []
 
 
