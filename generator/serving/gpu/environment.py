@@ -43,8 +43,9 @@ def module_problems(importer: Callable[[str], Any] = importlib.import_module) ->
         try:
             module = importer(name)
         except Exception as exc:  # noqa: BLE001 -- CuPy raises more than ImportError without its CUDA libraries
+            detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else "no message"
             problems.append(f"the GPU preprocess needs {name}, which did not import here ({type(exc).__name__}: "
-                            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}); {INSTALL}")
+                            f"{detail}); {INSTALL}")
             continue
         found = str(getattr(module, "__version__", "0"))
         if not low <= _version(found)[: len(low)] < high:
