@@ -16,15 +16,13 @@ statistics, the sustained GPU preprocess and end-to-end images/s at concurrency 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,28 +40,10 @@ from generator.serving.contract import (
     SCORES,
 )
 from loadtest.gpu_http import InferError, Load, TritonHttp, drive
+from loadtest.gpu_probe import SIZES, Probe, camera_jpegs, diff_stats
 
 ENSEMBLES = {"cpu": "yolo_cpu", "gpu": "yolo_gpu", "gpunms": "yolo_gpunms", "gpu4": "yolo_gpu4"}
-SIZES = ((1280, 720), (1920, 1080))
 CUDA_POOL_BYTES = 2 << 30  # Triton's default 64 MiB pool fills at a few batches of 640x640 images in flight
-
-
-class Proof:
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        self.results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-    def section(self, name: str, body: Callable[[], Any]) -> None:
-        start = time.perf_counter()
-        try:
-            self.results[name] = body()
-        except Exception as exc:  # noqa: BLE001 -- record and go on: one section must not cost the rest
-            self.results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
-        print(f"== {name}: {time.perf_counter() - start:.1f} s", flush=True)
-        self.save()
-
-    def save(self) -> None:
-        (self.out / "proof.json").write_text(json.dumps(self.results, indent=1, default=str))
 
 
 def stub_environment(stub_pythonpath: str) -> dict[str, Any]:
@@ -90,16 +70,8 @@ def demo_scenes() -> list[bytes]:
     return synthetic_images([(640, 480), (1280, 720), (1920, 1080), (480, 640)], per_size=8, seed=14)
 
 
-def camera_jpegs(per_size: int = 32) -> dict[tuple[int, int], list[bytes]]:
-    from loadtest.images import synthetic_images
-
-    return {size: synthetic_images([size], per_size=per_size, seed=size[0]) for size in SIZES}
-
-
 def _pixel_row(cpu: dict[str, np.ndarray], gpu: dict[str, np.ndarray]) -> dict[str, Any]:
-    diff = np.abs(cpu[PREPROCESSED].astype(np.int16) - gpu[PREPROCESSED].astype(np.int16))
-    return {"max": int(diff.max()), "mean": round(float(diff.mean()), 4), "p99": float(np.percentile(diff, 99)),
-            "nonzero_share": round(float((diff > 0).mean()), 4),
+    return {**diff_stats(gpu[PREPROCESSED], cpu[PREPROCESSED]),
             "letterbox_equal": bool(np.array_equal(cpu[LETTERBOX], gpu[LETTERBOX]))}
 
 
@@ -286,7 +258,7 @@ def serve(folders: Sequence[Path], log: Path, stub_pythonpath: str) -> Any:
     return server
 
 
-def serve_with_fallback(repos: Path, out: Path, stub_pythonpath: str, proof: Proof) -> Any:
+def serve_with_fallback(repos: Path, out: Path, stub_pythonpath: str, proof: Probe) -> Any:
     """Every ensemble; if they do not load, the preprocess models alone (their sections still run)."""
     from generator.errors import ServerError
 
@@ -329,7 +301,7 @@ def build_repositories(destination: Path, onnx_path: Path | None = None, device:
 
 
 def run(args: argparse.Namespace) -> None:
-    proof = Proof(args.out)
+    proof = Probe(args.out, "proof.json")
     proof.section("environment", lambda: stub_environment(args.stub_pythonpath))
     start = time.perf_counter()
     server = serve_with_fallback(args.repos, args.out, args.stub_pythonpath, proof)

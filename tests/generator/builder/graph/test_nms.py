@@ -38,7 +38,7 @@ def random_head(rng: np.random.Generator, layout: str, batch: int, classes: int,
 
 
 def graph_rows(raw: np.ndarray, layout: str, settings: NmsSettings, anchors: int | str) -> np.ndarray:
-    batch, dim1, dim2 = raw.shape
+    _, dim1, dim2 = raw.shape
     shape: tuple[int | str, ...] = ("batch", dim1, anchors) if layout.startswith("v8") else ("batch", anchors, dim2)
     model = add_nms(head_model(17, shape=shape), layout, settings)
     return run(model, {"head": raw})
