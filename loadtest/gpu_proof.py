@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from generator.builder.options import PreprocessDevice
+from generator.builder.options import Device
 from generator.serving.contract import (
     BOXES,
     CLASSES,
@@ -274,7 +274,7 @@ def serve_with_fallback(repos: Path, out: Path, stub_pythonpath: str, proof: Pro
         return serve([alone], out / "server-fallback.log", stub_pythonpath)
 
 
-def build_repositories(destination: Path, onnx_path: Path | None = None, device: PreprocessDevice = "gpu"
+def build_repositories(destination: Path, onnx_path: Path | None = None, device: Device = "gpu"
                        ) -> list[Path]:
     """The repositories the proof serves, built where ``generator build`` runs (no GPU needed to build).
 
