@@ -42,11 +42,11 @@ def compose_problems(deploy_dir: Path, settings: Settings) -> list[str]:
     )
 
 
-def dockerfile_problems(deploy_dir: Path) -> list[str]:
+def dockerfile_problems(deploy_dir: Path, settings: Settings) -> list[str]:
     problems = []
     for image in ("triton", "builder", "loadtest"):
         path = deploy_dir / "docker" / f"{image}.Dockerfile"
-        problems.extend(policy.dockerfile_violations(path.read_text(encoding="utf-8"), image))
+        problems.extend(policy.dockerfile_violations(path.read_text(encoding="utf-8"), image, settings))
     return problems
 
 
@@ -109,7 +109,7 @@ def run_checks(deploy_dir: Path, settings: Settings, *, check_drift: bool = True
         if problems:
             return problems
     problems.extend(compose_problems(deploy_dir, settings))
-    problems.extend(dockerfile_problems(deploy_dir))
+    problems.extend(dockerfile_problems(deploy_dir, settings))
     problems.extend(policy.extras_violations(read_pyproject()))
     problems.extend(k8s_problems(deploy_dir, settings))
     problems.extend(monitoring_problems(deploy_dir, settings))

@@ -22,6 +22,14 @@ DETECTOR_ONNX_PATH = "/opt/detector/model.onnx"
 LOOPBACK = "127.0.0.1"
 # Builder targets by compose service: the GPU stack builds a TensorRT plan, the CPU stack ONNX Runtime.
 BUILD_TARGETS = {"builder": "tensorrt", "builder-cpu": "onnxruntime"}
+# The project's package extras each image installs (pyproject.toml), nothing more.
+IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("build",), "loadtest": ("loadtest",)}
+
+
+def image_extras(settings: Settings, image: str) -> tuple[str, ...]:
+    """Extras of ``image``; the GPU preprocess adds ``gpu`` where it runs and where `generator check` verifies it."""
+    gpu = ("gpu",) if settings.preprocess_device == "gpu" and image in ("triton", "builder") else ()
+    return IMAGE_EXTRAS[image] + gpu
 
 
 def stop_timing(settings: Settings) -> StopTiming:
@@ -60,8 +68,17 @@ def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
         f"--grpc-restricted-protocol={restriction}",
         "--metrics-config=summary_latencies=true",
         f"--allow-gpu-metrics={'true' if gpu else 'false'}",
+        *(cuda_pool_args(settings) if gpu else []),
         "--log-verbose=0",
     ]
+
+
+def cuda_pool_args(settings: Settings) -> list[str]:
+    """The GPU preprocess hands the detector GPU tensors: size Triton's CUDA memory pool on every GPU."""
+    if settings.preprocess_device != "gpu":
+        return []
+    size = settings.cuda_pool_mib * 1024 * 1024
+    return [f"--cuda-memory-pool-byte-size={gpu}:{size}" for gpu in range(settings.gpus_per_pod)]
 
 
 def probe_command(settings: Settings) -> list[str]:
@@ -105,9 +122,13 @@ def build_args(settings: Settings, target: str, onnx: str = DETECTOR_ONNX_PATH) 
         "--max-image-pixels", str(settings.max_image_pixels),
         "--normalise-in", settings.normalise_in,
         "--instances", str(settings.python_instances), "2", str(settings.python_instances),
+        # The CPU stack always preprocesses on the CPU.
+        "--preprocess-device", settings.preprocess_device if target == "tensorrt" else "cpu",
     ]
     if not settings.reduce_head:
         args.append("--no-reduce-head")
+    if settings.nms_in_graph:
+        args.append("--nms-in-graph")
     if target == "tensorrt":
         args += ["--triton-image", settings.triton_base_image]
         if settings.version_compatible:

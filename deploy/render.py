@@ -112,6 +112,7 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "k8s_token": "$(TRITON_ADMIN_TOKEN)",
         "serve_command": commands.serve_command,
         "builder_command": commands.builder_command,
+        "image_extras": commands.image_extras,
         "build_targets": commands.BUILD_TARGETS,
         "probe_command": commands.probe_command(settings),
         "models_volume": commands.MODELS_VOLUME,

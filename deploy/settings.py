@@ -123,6 +123,15 @@ class Settings:
     # TensorRT plans built with BuilderFlag.VERSION_COMPATIBLE (`--version-compatible`); the server then
     # gets --backend-config=tensorrt,version-compatible=true from the repository's manifest.
     version_compatible: bool = False
+    # GPU profile only (the CPU profile always preprocesses on the CPU): `generator build --preprocess-device`;
+    # "gpu" also installs the project's `gpu` extra into the builder and Triton images.
+    preprocess_device: str = "cpu"
+    # `generator build --nms-in-graph`: NMS inside the detector graph (TensorRT runs it on the GPU).
+    nms_in_graph: bool = False
+    # preprocess_device=gpu: Triton's CUDA memory pool per GPU holds the images between the steps
+    # (--cuda-memory-pool-byte-size; 64 MiB by default, which a few 640x640 batches in flight fill; the H200
+    # proof ran with 2 GiB). A pool that runs out falls back to host memory: slower, still correct.
+    cuda_pool_mib: int = 2048
 
     # --- network ------------------------------------------------------------------------------
     # Triton's own ports: bound on 127.0.0.1 inside the proxy's network namespace (compose) or pod
@@ -224,7 +233,7 @@ class Settings:
 
 _POSITIVE = (
     "max_batch", "input_size", "num_classes", "max_detections", "python_instances", "max_image_bytes",
-    "max_image_pixels", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
+    "max_image_pixels", "cuda_pool_mib", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
     "hpa_max_replicas", "queue_time_target_ms", "gpus_per_pod", "memory_request_mib", "probe_failures",
     "probe_interval_s", "probe_timeout_s", "exit_timeout_s",
 )
@@ -266,6 +275,8 @@ def _check_model(s: Settings) -> None:
             raise SettingsError(f"{key} {getattr(s, key)!r} is not one of {', '.join(_PRECISIONS)}")
     if s.normalise_in not in _NORMALISE_IN:
         raise SettingsError(f"normalise_in {s.normalise_in!r} is not one of {', '.join(_NORMALISE_IN)}")
+    if s.preprocess_device not in ("cpu", "gpu"):
+        raise SettingsError(f"preprocess_device {s.preprocess_device!r} must be 'cpu' or 'gpu'")
     for key in _POSITIVE:
         if getattr(s, key) < 1:
             raise SettingsError(f"{key} must be at least 1, got {getattr(s, key)}")

@@ -16,10 +16,14 @@ generator's config templates write them):
                                                        or 3*S*S*4 float32 (--normalise-in preprocess)
     LETTERBOX      placement of the image, twice       6 float32 (out of preprocess, into NMS)
     head           detector output into NMS            6*A*4 (v8 head reduced in the graph, the default)
-                                                       or (4+nc)*A*4 (--no-reduce-head), A = anchors
+                                                       or (4+nc)*A*4 (--no-reduce-head), A = anchors,
+                                                       or max_det*6*4 (--nms-in-graph: padded rows)
     detections     padded NMS outputs and count        max_det*(4+1+1)*4 + 4
 
     shm = round_up_64MiB( 2 * python_instances * max_batch * per_item * 2 + 64 MiB )
+
+The images count also with ``preprocess_device=gpu`` (they then travel in Triton's CUDA memory pool): the
+CPU stack, which the same settings size, preprocesses on the CPU.
 
 the first 2: two Python models (preprocess and NMS), each with ``python_instances`` instances; the
 second 2: input and output regions live at the same time and the arena fragments; 64 MiB: the stub
@@ -44,8 +48,9 @@ PER_IMAGE_FRAMING_BYTES = 16
 # 5-byte message prefix: names, shape, datatype, parameters. They take a few hundred bytes.
 REQUEST_OVERHEAD_BYTES = 64 * 1024
 _STRIDES = (8, 16, 32)
-# Box (4), best score and class: the v8 head after the per-anchor class max the graph suffix adds.
-_REDUCED_HEAD_ROWS = 6
+# Box (4), score and class: one row of the reduced v8 head (per anchor) or of the graph's NMS output
+# (per detection).
+_ROW = 6
 
 
 @dataclass(frozen=True)
@@ -73,12 +78,13 @@ def step_tensor_bytes(settings: Settings) -> dict[str, int]:
     size = settings.input_size
     anchors = anchor_count(size)
     in_graph = settings.normalise_in == "graph"
-    head_rows = _REDUCED_HEAD_ROWS if settings.reduce_head else 4 + settings.num_classes
+    head_rows = _ROW if settings.reduce_head else 4 + settings.num_classes
+    head = settings.max_detections * _ROW if settings.nms_in_graph else head_rows * anchors
     return {
         contract.IMAGE: settings.max_image_bytes,
         contract.PREPROCESSED: size * size * 3 * (1 if in_graph else FLOAT32_BYTES),
         contract.LETTERBOX: 2 * len(contract.LETTERBOX_FIELDS) * FLOAT32_BYTES,
-        "head": head_rows * anchors * FLOAT32_BYTES,
+        "head": head * FLOAT32_BYTES,
         "detections": settings.max_detections * (4 + 1 + 1) * FLOAT32_BYTES + FLOAT32_BYTES,
     }
 

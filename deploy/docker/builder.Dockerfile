@@ -15,8 +15,8 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 
-# The `build` extra only, at image build time: no tritonclient[http] or Locust (geventhttpclient 2.0.2
-# has no wheel for this image's Python 3.12).
+# The `build` extra (and `gpu` for preprocess_device=gpu, which `generator check` verifies), at image build
+# time: no tritonclient[http] or Locust (geventhttpclient 2.0.2 has no wheel for this image's Python 3.12).
 COPY pyproject.toml README.md /opt/project/
 COPY generator /opt/project/generator
 COPY deploy /opt/project/deploy
@@ -31,4 +31,4 @@ USER 1000:1000
 WORKDIR /tmp
 # Build into the volume and switch /models/current atomically (deploy/build_models.py).
 ENTRYPOINT ["python3", "-m", "deploy.build_models"]
-CMD ["--volume=/models", "--link=current", "--", "--target", "tensorrt", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--precision", "fp16", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--instances", "2", "2", "2", "--triton-image", "nvcr.io/nvidia/tritonserver:26.08-py3"]
+CMD ["--volume=/models", "--link=current", "--", "--target", "tensorrt", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--precision", "fp16", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--instances", "2", "2", "2", "--preprocess-device", "cpu", "--triton-image", "nvcr.io/nvidia/tritonserver:26.08-py3"]

@@ -18,7 +18,8 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     HOME=/tmp
 
 # The `serve` extra: what the preprocess/NMS model.py files import, plus what `generator check` (run
-# before serving) and the container's entry point need. No client or load-test packages.
+# before serving) and the container's entry point need; `gpu` (CuPy, nvImageCodec) for preprocess_device=gpu.
+# No client or load-test packages.
 COPY pyproject.toml README.md /opt/project/
 COPY generator /opt/project/generator
 COPY deploy /opt/project/deploy

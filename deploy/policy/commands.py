@@ -68,7 +68,7 @@ def triton_flag_violations(args: Sequence[str], settings: Settings, where: str) 
     return problems
 
 
-def serve_command_violations(command: Sequence[str], settings: Settings, where: str) -> list[str]:
+def serve_command_violations(command: Sequence[str], settings: Settings, where: str, *, gpu: bool) -> list[str]:
     """The Triton container checks the repository, then runs tritonserver under the watchdog."""
     args = list(command)
     if args[:3] != ["python3", "-m", "deploy.serve_models"] or "--" not in args:
@@ -77,6 +77,10 @@ def serve_command_violations(command: Sequence[str], settings: Settings, where: 
     head, server = args[:split], args[split + 1:]
     timing = commands.stop_timing(settings)
     problems = triton_flag_violations(server, settings, where)
+    pools = flag_values(server, "--cuda-memory-pool-byte-size")
+    want_pools = [a.split("=", 1)[1] for a in commands.cuda_pool_args(settings)] if gpu else []
+    if pools != want_pools:
+        problems.append(f"{where}: --cuda-memory-pool-byte-size must be {want_pools} (GPU preprocess), got {pools}")
     for flag, want in (
         ("--repository", commands.MODEL_REPOSITORY),
         ("--watchdog", commands.WATCHDOG_PATH),
@@ -113,6 +117,10 @@ def builder_command_violations(command: Sequence[str], settings: Settings, targe
     if ("--no-reduce-head" in build) == settings.reduce_head:
         problems.append(f"{where}: --no-reduce-head must match reduce_head={settings.reduce_head} (/dev/shm sizing)")
     problems += _one(build, "--normalise-in", settings.normalise_in, where)
+    device = settings.preprocess_device if target == "tensorrt" else "cpu"
+    problems += _one(build, "--preprocess-device", device, where)
+    if ("--nms-in-graph" in build) != settings.nms_in_graph:
+        problems.append(f"{where}: --nms-in-graph must match nms_in_graph={settings.nms_in_graph} (/dev/shm sizing)")
     if target == "tensorrt" and ("--version-compatible" in build) != settings.version_compatible:
         problems.append(f"{where}: --version-compatible must match version_compatible={settings.version_compatible}")
     return problems

@@ -75,7 +75,7 @@ def _models_mounts(svc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _triton_service(name: str, svc: dict[str, Any], settings: Settings) -> list[str]:
     where = f"service {name}"
-    problems = serve_command_violations(svc.get("command") or [], settings, where)
+    problems = serve_command_violations(svc.get("command") or [], settings, where, gpu=name == "triton")
     if "--allow-gpu-metrics=true" in (svc.get("command") or []) and name != "triton":
         problems.append(f"{where}: GPU metrics on a CPU-only service")
     if svc.get("network_mode") != "service:proxy" or svc.get("ports"):

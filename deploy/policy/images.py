@@ -8,7 +8,7 @@ from typing import Any
 
 from deploy import commands
 from deploy.policy.commands import release_violation
-from deploy.settings import is_digest, is_pinned
+from deploy.settings import Settings, is_digest, is_pinned
 
 _USER_RE = re.compile(r"^USER\s+(\S+)", re.M)
 _FROM_RE = re.compile(r"^FROM\s+(\S+)", re.M)
@@ -19,11 +19,11 @@ def _arg_default(text: str, name: str) -> list[str]:
     return re.findall(rf"^ARG\s+{name}=(\S*)\s*$", text, re.M)
 
 
-# image -> (base repository or None for the pinned PYTHON_IMAGE, extra it installs)
+# image -> (base repository and its digest argument, or None for the pinned PYTHON_IMAGE)
 DOCKERFILES = {
-    "triton": ("nvcr.io/nvidia/tritonserver", "TRITON_BASE_DIGEST", "serve"),
-    "builder": ("nvcr.io/nvidia/tensorrt", "TENSORRT_BASE_DIGEST", "build"),
-    "loadtest": (None, None, "loadtest"),
+    "triton": ("nvcr.io/nvidia/tritonserver", "TRITON_BASE_DIGEST"),
+    "builder": ("nvcr.io/nvidia/tensorrt", "TENSORRT_BASE_DIGEST"),
+    "loadtest": (None, None),
 }
 
 
@@ -53,14 +53,15 @@ def _python_base(text: str, name: str) -> list[str]:
     return problems
 
 
-def dockerfile_violations(text: str, image: str) -> list[str]:
-    """Base pinned by tag and digest, the image's extra (and only it) installed, final USER non-root."""
-    repo, digest_arg, extra = DOCKERFILES[image]
+def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str]:
+    """Base pinned by tag and digest, the image's extras (and only those) installed, final USER non-root."""
+    repo, digest_arg = DOCKERFILES[image]
     name = f"{image}.Dockerfile"
     problems = _ngc_base(text, name, repo, digest_arg) if repo and digest_arg else _python_base(text, name)
     extras = _PIP_RE.findall(text)
-    if extras != [extra]:
-        problems.append(f"{name}: must install exactly the project's [{extra}] extra, got {extras}")
+    want = ",".join(commands.image_extras(settings, image))
+    if extras != [want]:
+        problems.append(f"{name}: must install exactly the project's [{want}] extras, got {extras}")
     users = _USER_RE.findall(text)
     if not users or users[-1].split(":")[0] in ("0", "root"):
         problems.append(f"{name}: the final USER must be non-root, got {users[-1:] or 'none'}")
@@ -93,8 +94,10 @@ def extras_violations(pyproject: Mapping[str, Any], images: Sequence[str] = tupl
     """The extras the Dockerfiles install exist, and the builder's pulls in no HTTP client or Locust."""
     project = pyproject.get("project") or {}
     extras = project.get("optional-dependencies") or {}
-    problems = [f"pyproject.toml: no [{DOCKERFILES[i][2]}] extra for the {i} image"
-                for i in images if DOCKERFILES[i][2] not in extras]
+    needed = {extra: image for image in images for extra in commands.IMAGE_EXTRAS[image]}
+    needed.setdefault("gpu", "triton")  # preprocess_device=gpu
+    problems = [f"pyproject.toml: no [{extra}] extra for the {image} image"
+                for extra, image in needed.items() if extra not in extras]
     everywhere = [*(project.get("dependencies") or []), *(r for reqs in extras.values() for r in reqs)]
     problems += _opencv_floor_violations(everywhere)
     builder_reqs = [*(project.get("dependencies") or []), *extras.get("build", [])]

@@ -66,7 +66,7 @@ def _probes(main: dict[str, Any], settings: Settings) -> list[str]:
 
 
 def _triton_container(pod: dict[str, Any], main: dict[str, Any], settings: Settings) -> list[str]:
-    problems = serve_command_violations(main.get("args") or [], settings, "Deployment/triton")
+    problems = serve_command_violations(main.get("args") or [], settings, "Deployment/triton", gpu=True)
     problems += _probes(main, settings)
     limits = (main.get("resources") or {}).get("limits") or {}
     if int(limits.get("nvidia.com/gpu", 0)) < 1:

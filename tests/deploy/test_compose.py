@@ -79,7 +79,7 @@ def test_triton_is_pinned_at_or_above_25_07_and_builder_uses_the_same_release(
     for name in ("builder", "triton", "builder-cpu", "triton-cpu"):
         assert compose["services"][name]["build"]["args"]["TRITON_RELEASE"] == env["TRITON_RELEASE"]
     for image in ("triton", "builder", "loadtest"):
-        assert dockerfile_violations((rendered_dir / f"docker/{image}.Dockerfile").read_text(), image) == []
+        assert dockerfile_violations((rendered_dir / f"docker/{image}.Dockerfile").read_text(), image, Settings()) == []
 
 
 _NGC = "ARG TRITON_RELEASE={release}\nARG TRITON_BASE_DIGEST={digest}\nFROM {base}\n" \
@@ -94,8 +94,9 @@ def _triton_dockerfile(**changes: str) -> str:
 
 
 def test_dockerfile_rules_catch_old_pins_unpinned_bases_wrong_extras_and_root() -> None:
-    assert dockerfile_violations(_triton_dockerfile(), "triton") == []
-    assert dockerfile_violations(_triton_dockerfile(digest="sha256:" + "a" * 64), "triton") == []
+    s = Settings()
+    assert dockerfile_violations(_triton_dockerfile(), "triton", s) == []
+    assert dockerfile_violations(_triton_dockerfile(digest="sha256:" + "a" * 64), "triton", s) == []
     cases = {
         "older than 25.07": _triton_dockerfile(release="25.03"),
         "tag and digest": _triton_dockerfile(base="nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3"),
@@ -104,9 +105,9 @@ def test_dockerfile_rules_catch_old_pins_unpinned_bases_wrong_extras_and_root() 
         "non-root": _triton_dockerfile(user="root"),
     }
     for expected, text in cases.items():
-        assert any(expected in p for p in dockerfile_violations(text, "triton")), expected
+        assert any(expected in p for p in dockerfile_violations(text, "triton", s)), expected
     late = 'ARG PYTHON_IMAGE=python:3.11\nFROM ${PYTHON_IMAGE}\nUSER 1000\nCMD sh -c "pip install numpy"\n'
-    problems = dockerfile_violations(late, "loadtest")
+    problems = dockerfile_violations(late, "loadtest", s)
     assert any("container start" in p for p in problems) and any("sha256" in p for p in problems)
 
 
@@ -288,3 +289,32 @@ def test_locust_runs_a_user_class_the_project_locustfile_defines(compose: dict[s
     assert worker["environment"]["LOADTEST_CA_CERT"] == "/etc/locust/ca.crt"
     assert [v["source"] for v in worker["volumes"]] == ["./tls/tls.crt"]  # the certificate, never the key
     assert compose["services"]["locust-worker"]["deploy"]["replicas"] == 2
+
+
+def test_the_gpu_preprocess_installs_its_extra_sizes_the_cuda_pool_and_reaches_the_gpu_build(
+        tmp_path: Path) -> None:
+    """preprocess_device=gpu: the `gpu` extra where Triton runs and where `generator check` verifies it, Triton's
+    CUDA memory pool for the images between the steps, and --preprocess-device gpu for the GPU stack only."""
+    from deploy.checks import run_checks
+    from deploy.render import render_all, write_rendered
+
+    settings = Settings(preprocess_device="gpu", nms_in_graph=True)
+    rendered = render_all(settings)
+    assert '"/opt/project[serve,gpu]"' in rendered["docker/triton.Dockerfile"]
+    assert '"/opt/project[build,gpu]"' in rendered["docker/builder.Dockerfile"]
+    assert '"/opt/project[loadtest]"' in rendered["docker/loadtest.Dockerfile"]
+    write_rendered(rendered, tmp_path)
+    assert run_checks(tmp_path, settings) == []
+    services = load_compose((tmp_path / "docker-compose.yml").read_text(),
+                            {**parse_env((tmp_path / ".env").read_text()), **CHECK_SECRETS})["services"]
+    gpu, cpu = services["triton"]["command"], services["triton-cpu"]["command"]
+    assert "--cuda-memory-pool-byte-size=0:2147483648" in gpu
+    assert not [a for a in cpu if a.startswith("--cuda-memory-pool")]
+    for name, device in (("builder", "gpu"), ("builder-cpu", "cpu")):
+        command = services[name]["command"]
+        assert command[command.index("--preprocess-device") + 1] == device and "--nms-in-graph" in command
+    # The default render, checked against these settings, misses all of it.
+    write_rendered(render_all(Settings()), tmp_path)
+    problems = run_checks(tmp_path, settings, check_drift=False)
+    for expected in ("[serve,gpu]", "--cuda-memory-pool-byte-size", "--preprocess-device", "--nms-in-graph"):
+        assert any(expected in p for p in problems), expected

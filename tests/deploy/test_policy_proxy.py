@@ -63,14 +63,14 @@ def test_extras_rule_catches_a_client_in_the_builder_image() -> None:
     assert any("[loadtest] extra" in p for p in problems)
     assert any("tritonclient[all]" in p for p in problems) and any("locust" in p for p in problems)
     grpc_only = {"project": {"dependencies": ["tritonclient[grpc]==2.51.0"],
-                             "optional-dependencies": {"serve": [], "build": [], "loadtest": []}}}
+                             "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": []}}}
     assert extras_violations(grpc_only) == []
 
 
 def test_the_opencv_floor_carries_the_libwebp_fix() -> None:
     def project(opencv: str) -> dict[str, object]:
         return {"project": {"dependencies": [opencv],
-                            "optional-dependencies": {"serve": [], "build": [], "loadtest": []}}}
+                            "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": []}}}
 
     assert extras_violations(project("opencv-python-headless>=4.8.1.78,<4.12")) == []
     for old in ("opencv-python-headless>=4.8,<4.12", "opencv-python-headless<4.12", "opencv-python>=4.8.0.76"):

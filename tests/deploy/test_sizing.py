@@ -25,6 +25,11 @@ def test_shm_formula_for_the_default_yolo_640() -> None:
     assert sizing.shm_size_bytes(s) > 64 * MIB  # far above Docker's default /dev/shm
 
 
+def test_nms_in_the_graph_sends_padded_rows_instead_of_the_head() -> None:
+    rows = sizing.step_tensor_bytes(Settings(nms_in_graph=True))["head"]
+    assert rows == 100 * 6 * 4 < sizing.step_tensor_bytes(Settings())["head"]
+
+
 def test_float_tensors_and_the_full_head_cost_what_they_weigh() -> None:
     base = Settings()
     tensors = sizing.step_tensor_bytes(base)
@@ -60,9 +65,10 @@ def test_pod_memory_limit_includes_the_memory_backed_shm() -> None:
     assert sizing.pod_memory_limit_mib(s) == s.memory_request_mib + sizing.shm_size_bytes(s) // MIB
 
 
-@pytest.mark.parametrize(("normalise_in", "reduce_head"), [("graph", True), ("preprocess", False)])
+@pytest.mark.parametrize(("normalise_in", "reduce_head", "nms_in_graph"),
+                         [("graph", True, False), ("preprocess", False, False), ("graph", True, True)])
 def test_shm_terms_are_the_tensors_the_generator_really_builds(tmp_path: Path, normalise_in: str,
-                                                               reduce_head: bool) -> None:
+                                                               reduce_head: bool, nms_in_graph: bool) -> None:
     """Build the demo with the same options and read the dims and dtypes from the configs Triton will load."""
     from generator.builder.config.render import parse_config
     from generator.builder.options import BuildOptions
@@ -70,9 +76,10 @@ def test_shm_terms_are_the_tensors_the_generator_really_builds(tmp_path: Path, n
     from generator.demo import DEMO_ONNX
 
     settings = Settings(input_size=320, num_classes=6, max_batch=2, normalise_in=normalise_in,
-                        reduce_head=reduce_head)
+                        reduce_head=reduce_head, nms_in_graph=nms_in_graph)
     build_repository(Path(DEMO_ONNX), tmp_path / "repo",
-                     BuildOptions(max_batch=2, normalise_in=normalise_in, reduce_head=reduce_head))
+                     BuildOptions(max_batch=2, normalise_in=normalise_in, reduce_head=reduce_head,
+                                  nms_in_graph=nms_in_graph))
     bytes_of = {"TYPE_UINT8": 1, "TYPE_FP32": 4, "TYPE_INT32": 4}
 
     def tensor_bytes(model: str, kind: str, name: str | None = None) -> int:
