@@ -225,6 +225,7 @@ def test_sigterm_mid_burst_drains(demo_repository: Path, tmp_path: Path) -> None
 
 # --- a hanging step and overload: one server without a watchdog ----------------------------------------------
 
+PRIORITY_LEVELS = "dynamic_batching {\n  priority_levels: 2\n  default_priority_level: 2"
 HANG_S = 3.0
 HANG_MODEL = '''
 import time
@@ -266,11 +267,17 @@ def fragile(demo_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """`hang` (a Python model that sleeps) and `yolo_q1` (the demo built with --max-queue-size 1)."""
     root = tmp_path_factory.mktemp("fragile")
     build_repository(demo_onnx, root / "q1", BuildOptions(name="yolo_q1", max_queue_size=1))
+    for step in ("preprocess", "detector", "nms"):  # user traffic at level 2, the watchdog's probe at 1
+        config = root / "q1" / f"yolo_q1_{step}" / "config.pbtxt"
+        text = config.read_text().replace("dynamic_batching {", PRIORITY_LEVELS, 1)
+        assert text.count("priority_levels") == 1
+        config.write_text(text)
     (root / "hang" / "hang" / "1").mkdir(parents=True)
     (root / "hang" / "hang" / "config.pbtxt").write_text(HANG_CONFIG)
     (root / "hang" / "hang" / "1" / "model.py").write_text(HANG_MODEL.format(hang_s=HANG_S))
     server = EmbeddedServer(root / "q1", free_port(), free_port(), free_port(), log_file=root / "triton.log",
-                            extra_args=(f"--model-repository={root / 'hang'}",), admin=admin_access({}))
+                            extra_args=(f"--model-repository={root / 'hang'}",), admin=admin_access({}),
+                            exit_timeout_s=2)  # sleeping `hang` requests are not worth waiting for at the end
     with server:
         yield server
 
@@ -311,7 +318,21 @@ def test_probe_reports_a_hanging_step(fragile: EmbeddedServer, capsys: pytest.Ca
     assert watchdog.main(["probe", "--url", fragile.http_url, "--model", "yolo_q1"]) == 0
 
 
-def burst(url: str, image: bytes, retry: RetryPolicy, count: int = 32) -> list[Outcome]:
+def test_probe_overtakes_a_saturated_queue(fragile: EmbeddedServer, image: bytes) -> None:
+    """With a queue of one request per priority level, user traffic fills level 2; the probe runs at 1."""
+    results: list[int] = []
+    with ThreadPoolExecutor(1) as pool:
+        flood = pool.submit(burst, f"grpc://{fragile.grpc_url}", image, NO_RETRY, 32, 4)
+        while not flood.done():
+            results.append(watchdog.main(["probe", "--url", fragile.http_url, "--model", "yolo_q1"]))
+        shed = [o for o in flood.result() if o.error is not None]
+    assert shed, "the flood should have overflowed the queue"
+    print(f"\nprobes during a flood that had {len(shed)} of {32 * 4} requests shed: {results.count(0)} of "
+          f"{len(results)} passed")
+    assert results and all(code == 0 for code in results)
+
+
+def burst(url: str, image: bytes, retry: RetryPolicy, count: int = 32, rounds: int = 1) -> list[Outcome]:
     def one(_: int) -> Outcome:
         with DetectionClient(url, model="yolo_q1", timeout_s=30, retry=retry,
                              model_info=ModelInfo("yolo_q1", 8, ())) as client:
@@ -323,7 +344,7 @@ def burst(url: str, image: bytes, retry: RetryPolicy, count: int = 32) -> list[O
                 return Outcome(start, time.monotonic(), exc)
 
     with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(one, range(count)))
+        return list(pool.map(one, range(count * rounds)))
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
