@@ -18,6 +18,9 @@ _TIMEOUT = {"StatusCode.DEADLINE_EXCEEDED", "504"}
 # Triton's answers to a restricted API without the key: HTTP 403 "This API is restricted, expecting header
 # '<key>'", gRPC UNAVAILABLE "This protocol is restricted, expecting header 'triton-grpc-protocol-<key>'".
 # The gRPC one must not be read as a retryable UNAVAILABLE.
+# A model known to the server without a loaded version: loading, or unloading while the server stops
+# (seen as NOT_FOUND on gRPC during a drain). Another attempt, elsewhere or later, can succeed.
+_NO_VERSION = "has no available versions"
 _RESTRICTED = {("403", "This API is restricted"), ("StatusCode.UNAVAILABLE", "This protocol is restricted")}
 
 
@@ -48,7 +51,7 @@ def _from_triton(status: str | None, message: str, endpoint: Endpoint, timeout_s
         )
     if status in _TIMEOUT:
         return ClientTimeoutError(f"no answer from {endpoint} within {timeout_s:.3g} s ({message})")
-    if status in _UNAVAILABLE:
+    if status in _UNAVAILABLE or _NO_VERSION in message:
         return ServerUnavailableError(f"Triton at {endpoint} is unavailable: {message}")
     if status is None:  # raised by tritonclient itself, before or after the wire
         return ClientError(f"tritonclient: {message}")

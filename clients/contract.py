@@ -66,7 +66,7 @@ def without_config(endpoint: Endpoint, name: str, exc: RestrictedApiError, admin
     """A restricted config is fine without a key (the metadata is enough); with a key, the key is wrong."""
     if admin_key:
         raise exc
-    logger.info("%s restricts the model config of %r: class names unknown, batch limit learned from the "
+    logger.debug("%s restricts the model config of %r: class names unknown, batch limit learned from the "
                 "server (pass admin_key= or model_info= to have both)", endpoint, name)
 
 

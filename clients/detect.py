@@ -106,6 +106,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
                 if args.annotate:
                     annotate_image(blob, result, args.annotate / names[path])
                 out.flush()
+        if not client.model_info.class_names:
+            print("note: class names unknown (the server restricts its model config): "
+                  "pass --admin-key or --model-config; classes print as class_<id>", file=sys.stderr)
 
 
 def format_json(path: Path, result: DetectionResult) -> str:

@@ -37,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -63,6 +64,7 @@ COUNT_OUTPUT = "num_detections"
 PROBE_PRIORITY = 1
 _DEAD_STUB = re.compile(r"Stub process '[^']+' is not healthy")
 EXIT_UNHEALTHY = 1
+STUB_CHECK_S = 1.0  # how often the supervisor counts the server's Python-backend stubs
 
 
 class ProbeError(Exception):
@@ -299,14 +301,27 @@ class Supervisor:
         return "stop requested"
 
     def _watch(self, child: subprocess.Popen[Any]) -> str:
-        """Probe every interval until the server is judged unhealthy (`unhealthy`) or exits; say why."""
+        """Watch until the server is judged unhealthy or exits; say why.
+
+        Every second its Python-backend stubs are counted: one that exits never comes back, and the probe
+        can take long to notice when the step has a second, live instance that answers most probes.
+        Every `interval_s` a probe runs.
+        """
+        stubs = python_stubs(child.pid)
         recent: deque[bool] = deque(maxlen=2 * self.policy.failures - 1)  # True: the probe failed
+        next_probe = time.monotonic() + self.policy.interval_s
         while True:
-            self._sleep(child, self.policy.interval_s)
+            self._sleep(child, min(STUB_CHECK_S, max(0.0, next_probe - time.monotonic())))
             if self._stop.is_set():
                 return "stop requested"
             if child.poll() is not None:
                 return f"tritonserver exited with code {child.returncode}"
+            lost = sorted(name for pid, name in stubs.items() if pid not in python_stubs(child.pid))
+            if lost:
+                return f"the Python-backend stub of {', '.join(lost)} exited (Triton does not restart it)"
+            if time.monotonic() < next_probe:
+                continue
+            next_probe = time.monotonic() + self.policy.interval_s
             try:
                 probe(self.url, self.models, self.policy.timeout_s)
             except ProbeError as exc:
@@ -340,6 +355,31 @@ class Supervisor:
                 _kill_group(child)
         code = child.wait()
         return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
+
+
+def python_stubs(server_pid: int) -> dict[int, str]:
+    """The live Python-backend stub processes of a tritonserver, by pid, with their model instance names.
+
+    Read from /proc (Linux); elsewhere nothing is found and only the probe watches. A stub's command line
+    ends with its instance name and the kind (``... yolo_preprocess_0_0 DEFAULT``).
+    """
+    stubs: dict[int, str] = {}
+    try:
+        processes = [entry for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    except OSError:
+        return stubs
+    for process in processes:
+        try:
+            state, parent = (process / "stat").read_bytes().rsplit(b")", 1)[1].split()[:2]
+            if int(parent) != server_pid or state in (b"Z", b"X"):
+                continue
+            argv = (process / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+        if argv[0].endswith("triton_python_backend_stub"):
+            # argv ends with "" after the instance name and kind
+            stubs[int(process.name)] = argv[-3] if len(argv) > 3 else process.name
+    return stubs
 
 
 def unhealthy(recent: Sequence[bool], failures: int) -> bool:

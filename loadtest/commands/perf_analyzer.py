@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only write the --input-data JSON and print the command")
 
 
+def admin_header_args(protocol: str, admin_key: str | None) -> tuple[str, ...]:
+    """perf_analyzer reads the model config, which deployments restrict to the admin key (-H name:value)."""
+    return tuple(arg for name, value in admin_headers(protocol, admin_key).items() for arg in ("-H", f"{name}:{value}"))
+
+
 def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     images = build_corpus(args.images, args.sizes, args.images_per_size)
@@ -56,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
         csv_path=args.out / "perf_analyzer.csv", concurrency=parse_concurrency(args.concurrency),
         measurement_interval_ms=args.measurement_interval, stability_percentage=args.stability_percentage,
         max_trials=args.max_trials, percentile=args.percentile, request_count=args.request_count,
-        extra_args=tuple(arg for name, value in admin_headers(args.protocol, args.admin_key).items()
-                         for arg in ("-H", f"{name}:{value}")),
+        extra_args=admin_header_args(args.protocol, args.admin_key),
     )
     if args.inputs_only:
         binary = args.binary or Path("perf_analyzer")

@@ -38,6 +38,15 @@ def test_restricted_apis_are_named_as_such(status, message):
     assert message in str(error) and "admin_key=" in str(error)
 
 
+@pytest.mark.parametrize("status", ["StatusCode.NOT_FOUND", "400"])
+def test_a_model_without_a_loaded_version_is_unavailable(status):
+    """What a request meets while the server unloads its models on the way out (measured on 2.51)."""
+    message = "Request for unknown model: 'yolo' has no available versions"
+    assert type(translate_error(InferenceServerException(message, status), GRPC, 2.0)) is ServerUnavailableError
+    unknown = InferenceServerException("Request for unknown model: 'nope' is not found", status)
+    assert type(translate_error(unknown, GRPC, 2.0)) is InferenceError
+
+
 def test_connection_closed_mid_request_is_unavailable():
     from geventhttpclient.response import HTTPConnectionClosed
 

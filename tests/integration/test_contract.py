@@ -81,3 +81,12 @@ def test_cli_with_the_shipped_config(triton_server, images, named, tmp_path, cap
     assert detect_main([str(path), "--url", triton_server.grpc_url, "--json", "--model-config", str(config)]) == 0
     detections = json.loads(capsys.readouterr().out)["detections"]
     assert [d["class_name"] for d in detections] == [d.class_name for d in expected[0]]
+
+
+def test_cli_without_key_or_config_says_why_classes_are_numbered(triton_server, images, tmp_path, capsys):
+    path = tmp_path / "scene.jpg"
+    path.write_bytes(images[0])
+    assert detect_main([str(path), "--url", f"http://{triton_server.http_url}", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("note: class names unknown (the server restricts its model config)")
+    assert all(d["class_name"].startswith("class_") for d in json.loads(captured.out)["detections"])

@@ -3,14 +3,17 @@
 It answers the two routes the probe uses the way Triton does, with a behaviour read from STATE_FILE on
 every request: ``healthy``; ``broken`` (inference fails like a dead Python stub); ``hang`` (inference never
 answers in time). It appends ``TERM`` to STATE_FILE.log on SIGTERM and exits 0, unless STATE_FILE says
-``ignore-term``. Each inference request is logged to STATE_FILE.requests after it was answered.
+``ignore-term``. With STANDIN_STUB set (a link named triton_python_backend_stub to a Python), it starts
+one fake Python-backend stub for instance m_preprocess_0_0. Each inference request is logged to STATE_FILE.requests after it was answered.
 The real tritonserver is exercised in tests/integration/test_faults.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -62,7 +65,15 @@ def on_term(signum: int, frame: object) -> None:
         threading.Thread(target=server.shutdown).start()
 
 
+stub = None
+if os.environ.get("STANDIN_STUB"):  # argv like the real stub's: ... <instance name> <kind>
+    stub = subprocess.Popen([os.environ["STANDIN_STUB"], "-c", "import time; time.sleep(600)", "model.py",
+                             "m_preprocess_0_0", "DEFAULT"])
 server = ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
 server.daemon_threads = True
 signal.signal(signal.SIGTERM, on_term)
-server.serve_forever()
+try:
+    server.serve_forever()
+finally:
+    if stub is not None:
+        stub.kill()

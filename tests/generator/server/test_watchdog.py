@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import psutil
 import pytest
 
 from generator.server import watchdog
@@ -84,13 +86,22 @@ def running(standin: Standin):
     process.wait()
 
 
-def supervise(standin: Standin, *extra: str) -> subprocess.Popen[str]:
+def supervise(standin: Standin, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "generator.server.watchdog", "supervise", "--url", standin.url, "--model", "m",
          "--failures", "2", "--interval-s", "0.2", "--timeout-s", "1", "--start-timeout-s", "20", *extra,
          "--", *standin.command],
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
     )
+
+
+@pytest.fixture
+def fake_stub(tmp_path: Path) -> Path:
+    """A Python under the stub's name: its processes look like Python-backend stubs in /proc."""
+    link = tmp_path / "bin" / "triton_python_backend_stub"
+    link.parent.mkdir()
+    link.symlink_to(sys.executable)
+    return link
 
 
 def wait_until(condition, timeout_s: float = 20.0) -> None:
@@ -205,6 +216,38 @@ def test_supervise_stops_at_once_for_a_dead_stub(standin: Standin) -> None:
     stderr = process.stderr.read() if process.stderr else ""
     assert "probe failed (1 of the last 1)" in stderr and "a failure that does not heal" in stderr
     assert "probe failed (2 of" not in stderr
+
+
+def test_python_stubs_are_found_by_parent_and_name(fake_stub: Path) -> None:
+    stub = subprocess.Popen([str(fake_stub), "-c", "import time; time.sleep(60)", "m.py", "m_nms_0_0", "DEFAULT"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        wait_until(lambda: stub.pid in watchdog.python_stubs(os.getpid()))
+        found = watchdog.python_stubs(os.getpid())
+        assert found[stub.pid] == "m_nms_0_0" and other.pid not in found
+        stub.kill()
+        wait_until(lambda: stub.pid not in watchdog.python_stubs(os.getpid()))  # a zombie does not count
+    finally:
+        for process in (stub, other):
+            process.kill()
+            process.wait()
+    assert watchdog.python_stubs(stub.pid) == {}
+
+
+def test_supervise_stops_when_a_stub_exits(standin: Standin, fake_stub: Path) -> None:
+    """Even while every probe passes: a step with a second, live instance answers most probes."""
+    process = supervise(standin, "--grace-s", "5", "--interval-s", "30", env={"STANDIN_STUB": str(fake_stub)})
+    wait_until(standin.answered_healthy)
+    server = next(p for p in psutil.Process(process.pid).children() if "standin" in " ".join(p.cmdline()))
+    wait_until(lambda: bool(watchdog.python_stubs(server.pid)))
+    time.sleep(1.5)  # the supervisor has taken its census of the stubs
+    (stub_pid,) = watchdog.python_stubs(server.pid)
+    start = time.monotonic()
+    os.kill(stub_pid, signal.SIGKILL)
+    assert process.wait(30) == watchdog.EXIT_UNHEALTHY
+    assert time.monotonic() - start < 5
+    stderr = process.stderr.read() if process.stderr else ""
+    assert "the Python-backend stub of m_preprocess_0_0 exited" in stderr
 
 
 def test_supervise_kills_a_server_that_ignores_sigterm(standin: Standin) -> None:
