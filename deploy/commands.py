@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from deploy import sizing
 from deploy.settings import Settings
+from generator.server.hardening import AdminAccess
 from generator.server.shutdown import StopTiming
 
 MODELS_VOLUME = "/models"
@@ -45,8 +46,7 @@ def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
     spells the admin token: ``${TRITON_ADMIN_TOKEN...}`` in compose, ``$(TRITON_ADMIN_TOKEN)`` in
     Kubernetes; the value itself is never rendered.
     """
-    groups = ",".join(settings.restricted_api_groups)
-    restriction = f"{groups}:{settings.admin_header}={token}"
+    restricted = AdminAccess(token=token, header=settings.admin_header, groups=settings.restricted_api_groups)
     return [
         "tritonserver",
         f"--model-repository={MODEL_REPOSITORY}",
@@ -64,8 +64,7 @@ def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
         f"--http-max-input-size={sizing.max_request_bytes(settings)}",
         "--allow-sagemaker=false",
         "--allow-vertex-ai=false",
-        f"--http-restricted-api={restriction}",
-        f"--grpc-restricted-protocol={restriction}",
+        *restricted.server_args(),
         "--metrics-config=summary_latencies=true",
         f"--allow-gpu-metrics={'true' if gpu else 'false'}",
         *(cuda_pool_args(settings) if gpu else []),
