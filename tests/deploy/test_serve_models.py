@@ -104,7 +104,7 @@ def test_a_dead_python_stub_makes_the_entry_point_exit_non_zero(capsys: pytest.C
         assert code == 1
         assert not [p for p in psutil.process_iter(["cmdline"]) if str(pod.volume) in " ".join(p.info["cmdline"] or [])]
         log = (pod.root / "serve.log").read_text()
-        assert "Triton is unhealthy" in log and "is not healthy" in log  # the watchdog says why
+        assert "Triton is unhealthy" in log and "yolo_preprocess" in log  # the watchdog says why
         print(f"\nstub killed -> entry point exited 1 after {elapsed:.1f} s")
         # Detection (failures within 2N-1 probes) + tritonserver's drain, bounded by the watchdog's grace.
         bound = (2 * settings.probe_failures) * (settings.probe_interval_s + settings.probe_timeout_s)
