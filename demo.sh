@@ -15,7 +15,7 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet -e .
+python -m pip install --quiet -e ".[build,client]"
 
 python -m generator build                     # demo detector -> model_repository/ (embedded target)
 
@@ -27,6 +27,9 @@ from generator.synthetic import write_dataset
 write_dataset(Path(sys.argv[1]), count=4, seed=2024, sizes=((1280, 720), (640, 480)))
 PY
 
+# serve restricts the admin APIs (model config included) to this key; clients.detect reads it for class names.
+TRITON_ADMIN_TOKEN=${TRITON_ADMIN_TOKEN:-$(python -c 'import secrets; print(secrets.token_hex(32))')}
+export TRITON_ADMIN_TOKEN
 python -m generator serve --model-repository model_repository \
   --http-port "$HTTP_PORT" --grpc-port "$GRPC_PORT" --metrics-port "$METRICS_PORT" > "$OUT/triton.log" 2>&1 &
 server=$!

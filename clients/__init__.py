@@ -1,6 +1,7 @@
 """Detection clients for the Triton ensemble: gRPC or HTTP, blocking or asyncio."""
 
 from clients.async_client import AsyncDetectionClient
+from clients.contract import load_model_info
 from clients.detection import Detection, DetectionResult, ModelInfo
 from clients.endpoint import Endpoint, parse_endpoint
 from clients.errors import (
@@ -8,11 +9,14 @@ from clients.errors import (
     ClientTimeoutError,
     ImageSourceError,
     InferenceError,
+    RestrictedApiError,
     ServerUnavailableError,
 )
+from clients.retry import NO_RETRY, RetryPolicy
 from clients.sync_client import DetectionClient
 
 __all__ = [
+    "NO_RETRY",
     "AsyncDetectionClient",
     "ClientError",
     "ClientTimeoutError",
@@ -23,6 +27,9 @@ __all__ = [
     "ImageSourceError",
     "InferenceError",
     "ModelInfo",
+    "RestrictedApiError",
+    "RetryPolicy",
     "ServerUnavailableError",
+    "load_model_info",
     "parse_endpoint",
 ]

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from clients._errors_map import translate_error
+from clients._transport import _mapping
 from clients.detection import OUTPUT_NAMES
 from clients.endpoint import Endpoint
-from clients.errors import ClientError
 from clients.request import image_request
 
 
@@ -58,34 +58,37 @@ class AsyncTransport:
             raise translate_error(exc, self.endpoint, self.timeout_s) from exc
         return self._client
 
-    async def _call(self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+    async def _call(self, method: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
         client = self._get_client()
-        limit = timeout_s or self.timeout_s
         try:
             if self.endpoint.protocol == "grpc":
-                return await getattr(client, method)(*args, client_timeout=limit, **kwargs)
+                return await getattr(client, method)(*args, client_timeout=timeout_s, **kwargs)
             # aiohttp's session timeout covers the request; wait_for also bounds a shorter per-call limit.
-            return await asyncio.wait_for(getattr(client, method)(*args, **kwargs), limit)
+            return await asyncio.wait_for(getattr(client, method)(*args, **kwargs), timeout_s)
         except Exception as exc:
-            raise translate_error(exc, self.endpoint, limit) from exc
+            raise translate_error(exc, self.endpoint, timeout_s) from exc
 
-    async def infer(self, model: str, images: Sequence[bytes], batched: bool) -> dict[str, np.ndarray]:
+    async def infer(
+        self, model: str, images: Sequence[bytes], batched: bool, timeout_s: float
+    ) -> dict[str, np.ndarray]:
         """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching."""
         self._get_client()
         inputs, outputs = image_request(self._module, images, batched)
-        result = await self._call("infer", model, inputs, outputs=outputs)
+        result = await self._call("infer", model, inputs, outputs=outputs, timeout_s=timeout_s)
         return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
 
-    async def model_config(self, model: str) -> dict[str, Any]:
-        if self.endpoint.protocol == "grpc":
-            config = await self._call("get_model_config", model, as_json=True)
-        else:
-            config = await self._call("get_model_config", model)
-        if not isinstance(config, dict):
-            raise ClientError(f"unexpected model config answer from {self.endpoint}: {type(config).__name__}")
-        return config
+    async def model_metadata(self, model: str, timeout_s: float) -> dict[str, Any]:
+        kwargs = {"as_json": True} if self.endpoint.protocol == "grpc" else {}
+        answer = await self._call("get_model_metadata", model, timeout_s=timeout_s, **kwargs)
+        return _mapping(answer, "metadata", self.endpoint)
 
-    async def is_ready(self, model: str, timeout_s: float | None = None) -> bool:
+    async def model_config(self, model: str, timeout_s: float, headers: Mapping[str, str]) -> dict[str, Any]:
+        kwargs = {"as_json": True} if self.endpoint.protocol == "grpc" else {}
+        answer = await self._call("get_model_config", model, headers=dict(headers) or None, timeout_s=timeout_s,
+                                  **kwargs)
+        return _mapping(answer, "config", self.endpoint)
+
+    async def is_ready(self, model: str, timeout_s: float) -> bool:
         """Server and model both ready; raises when the server cannot be reached at all."""
         server = await self._call("is_server_ready", timeout_s=timeout_s)
         return bool(server) and bool(await self._call("is_model_ready", model, timeout_s=timeout_s))

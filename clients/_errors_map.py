@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import http.client
+
 from clients.endpoint import Endpoint
-from clients.errors import ClientError, ClientTimeoutError, InferenceError, ServerUnavailableError
+from clients.errors import (
+    ClientError,
+    ClientTimeoutError,
+    InferenceError,
+    RestrictedApiError,
+    ServerUnavailableError,
+)
 
 _UNAVAILABLE = {"StatusCode.UNAVAILABLE", "503"}
 _TIMEOUT = {"StatusCode.DEADLINE_EXCEEDED", "504"}
+# Triton's answers to a restricted API without the key: HTTP 403 "This API is restricted, expecting header
+# '<key>'", gRPC UNAVAILABLE "This protocol is restricted, expecting header 'triton-grpc-protocol-<key>'".
+# The gRPC one must not be read as a retryable UNAVAILABLE.
+# A model known to the server without a loaded version: loading, or unloading while the server stops
+# (seen as NOT_FOUND on gRPC during a drain). Another attempt, elsewhere or later, can succeed.
+_NO_VERSION = "has no available versions"
+_RESTRICTED = {("403", "This API is restricted"), ("StatusCode.UNAVAILABLE", "This protocol is restricted")}
 
 
 def translate_error(exc: BaseException, endpoint: Endpoint, timeout_s: float) -> ClientError:
@@ -16,21 +31,31 @@ def translate_error(exc: BaseException, endpoint: Endpoint, timeout_s: float) ->
     if isinstance(exc, ClientError):
         return exc
     if isinstance(exc, InferenceServerException):
-        status = exc.status()
-        message = exc.message() or str(exc)
-        if status in _TIMEOUT:
-            return ClientTimeoutError(f"no answer from {endpoint} within {timeout_s:g} s ({message})")
-        if status in _UNAVAILABLE:
-            return ServerUnavailableError(f"Triton at {endpoint} is unavailable: {message}")
-        if status is None:  # raised by tritonclient itself, before or after the wire
-            return ClientError(f"tritonclient: {message}")
-        return InferenceError(message, status=status)
+        return _from_triton(exc.status(), exc.message() or str(exc), endpoint, timeout_s)
     if _is_timeout(exc):
-        return ClientTimeoutError(f"no answer from {endpoint} within {timeout_s:g} s")
-    if isinstance(exc, OSError) or _is_aiohttp_error(exc):
+        return ClientTimeoutError(f"no answer from {endpoint} within {timeout_s:.3g} s")
+    if isinstance(exc, (OSError, http.client.HTTPException)) or _is_aiohttp_error(exc):
+        # HTTPException: geventhttpclient's "connection closed" when a server goes away mid-request.
         detail = str(exc) or type(exc).__name__
         return ServerUnavailableError(f"cannot reach Triton at {endpoint}: {detail}")
+    if type(exc).__module__ == "greenlet":  # a gevent-based HTTP client used from a thread other than its own
+        return ClientError(f"{exc} ({endpoint}): the HTTP client is gevent-based; use one client per thread")
     return ClientError(f"unexpected {type(exc).__name__} talking to {endpoint}: {exc}")
+
+
+def _from_triton(status: str | None, message: str, endpoint: Endpoint, timeout_s: float) -> ClientError:
+    if any(status == code and text in message for code, text in _RESTRICTED):
+        return RestrictedApiError(
+            f"Triton at {endpoint} restricts this API to its admin key ({message}); pass admin_key= "
+            "(python -m generator serve prints it; deployments keep it in TRITON_ADMIN_TOKEN)"
+        )
+    if status in _TIMEOUT:
+        return ClientTimeoutError(f"no answer from {endpoint} within {timeout_s:.3g} s ({message})")
+    if status in _UNAVAILABLE or _NO_VERSION in message:
+        return ServerUnavailableError(f"Triton at {endpoint} is unavailable: {message}")
+    if status is None:  # raised by tritonclient itself, before or after the wire
+        return ClientError(f"tritonclient: {message}")
+    return InferenceError(message, status=status)
 
 
 def _is_timeout(exc: BaseException) -> bool:

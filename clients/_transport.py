@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -13,9 +13,11 @@ from clients.endpoint import Endpoint
 from clients.errors import ClientError
 from clients.request import image_request
 
+T = TypeVar("T")
+
 
 class SyncTransport:
-    """Owns one tritonclient client; every call has a timeout and raises only `ClientError`s."""
+    """Owns one tritonclient client; every call is bounded by its `timeout_s` and raises only `ClientError`s."""
 
     def __init__(
         self,
@@ -50,42 +52,47 @@ class SyncTransport:
         except Exception as exc:
             raise translate_error(exc, endpoint, timeout_s) from exc
 
-    def _timeout_kwargs(self, timeout_s: float | None = None) -> dict[str, float]:
-        # HTTP timeouts live on the connection (set above); gRPC takes a deadline per call.
-        return {"client_timeout": timeout_s or self.timeout_s} if self.endpoint.protocol == "grpc" else {}
-
-    def infer(self, model: str, images: Sequence[bytes], batched: bool) -> dict[str, np.ndarray]:
-        """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching."""
-        inputs, outputs = image_request(self._module, images, batched)
-        try:
-            result = self._client.infer(model, inputs, outputs=outputs, **self._timeout_kwargs())
-            return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
-        except Exception as exc:
-            raise translate_error(exc, self.endpoint, self.timeout_s) from exc
-
-    def model_config(self, model: str) -> dict[str, Any]:
+    def _call(self, timeout_s: float, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """gRPC takes a deadline per call; the gevent-based HTTP client gets a gevent timeout around the call,
+        which closes the connection it interrupts (geventhttpclient releases an unfinished response's socket)."""
         try:
             if self.endpoint.protocol == "grpc":
-                config: dict[str, Any] = self._client.get_model_config(
-                    model, as_json=True, **self._timeout_kwargs()
-                )
-            else:
-                config = self._client.get_model_config(model)
-        except Exception as exc:
-            raise translate_error(exc, self.endpoint, self.timeout_s) from exc
-        if not isinstance(config, dict):
-            raise ClientError(f"unexpected model config answer from {self.endpoint}: {type(config).__name__}")
-        return config
+                return call(*args, client_timeout=timeout_s, **kwargs)
+            import gevent
 
-    def is_ready(self, model: str, timeout_s: float | None = None) -> bool:
-        """Server and model both ready; raises when the server cannot be reached at all."""
-        kwargs = self._timeout_kwargs(timeout_s)
-        try:
-            return bool(self._client.is_server_ready(**kwargs)) and bool(
-                self._client.is_model_ready(model, **kwargs)
-            )
+            with gevent.Timeout(timeout_s, TimeoutError):
+                return call(*args, **kwargs)
         except Exception as exc:
-            raise translate_error(exc, self.endpoint, timeout_s or self.timeout_s) from exc
+            raise translate_error(exc, self.endpoint, timeout_s) from exc
+
+    def infer(self, model: str, images: Sequence[bytes], batched: bool, timeout_s: float) -> dict[str, np.ndarray]:
+        """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching."""
+        inputs, outputs = image_request(self._module, images, batched)
+        result = self._call(timeout_s, self._client.infer, model, inputs, outputs=outputs)
+        return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
+
+    def model_metadata(self, model: str, timeout_s: float) -> dict[str, Any]:
+        kwargs = {"as_json": True} if self.endpoint.protocol == "grpc" else {}
+        return _mapping(self._call(timeout_s, self._client.get_model_metadata, model, **kwargs), "metadata",
+                        self.endpoint)
+
+    def model_config(self, model: str, timeout_s: float, headers: Mapping[str, str]) -> dict[str, Any]:
+        kwargs = {"as_json": True} if self.endpoint.protocol == "grpc" else {}
+        config = self._call(timeout_s, self._client.get_model_config, model, headers=dict(headers) or None,
+                            **kwargs)
+        return _mapping(config, "config", self.endpoint)
+
+    def is_ready(self, model: str, timeout_s: float) -> bool:
+        """Server and model both ready; raises when the server cannot be reached at all."""
+        return bool(self._call(timeout_s, self._client.is_server_ready)) and bool(
+            self._call(timeout_s, self._client.is_model_ready, model)
+        )
 
     def close(self) -> None:
         self._client.close()
+
+
+def _mapping(answer: Any, what: str, endpoint: Endpoint) -> dict[str, Any]:
+    if not isinstance(answer, dict):
+        raise ClientError(f"unexpected model {what} answer from {endpoint}: {type(answer).__name__}")
+    return answer

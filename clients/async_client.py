@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from clients._async_transport import AsyncTransport
-from clients.detection import (
-    DetectionResult,
-    ModelInfo,
-    decode_outputs,
-    model_info_from_config,
-    split_batches,
-)
+from clients.contract import admin_headers, info_from_answers, learn_batch_limit, without_config
+from clients.detection import DetectionResult, ModelInfo, decode_outputs, split_batches
 from clients.endpoint import Endpoint, parse_endpoint
-from clients.errors import ClientError, ClientTimeoutError, InferenceError, ServerUnavailableError
+from clients.errors import (
+    ClientError,
+    ClientTimeoutError,
+    InferenceError,
+    RestrictedApiError,
+    ServerUnavailableError,
+)
 from clients.images import ImageInput, image_bytes
+from clients.retry import DEFAULT_RETRY, RetryPolicy, acall_with_retries
 from clients.sync_client import DEFAULT_URL, check_timeout, locate
+
+T = TypeVar("T")
 
 
 class AsyncDetectionClient:
@@ -34,14 +39,19 @@ class AsyncDetectionClient:
         model: str = "yolo",
         timeout_s: float = 10.0,
         *,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        admin_key: str | None = None,
+        model_info: ModelInfo | None = None,
         client_options: Mapping[str, Any] | None = None,
         verbose: bool = False,
     ) -> None:
         self.endpoint: Endpoint = parse_endpoint(url, protocol)
         self.model = model
         self.timeout_s = check_timeout(timeout_s)
+        self.retry = retry
+        self._admin_key = admin_key
         self._transport = AsyncTransport(self.endpoint, self.timeout_s, client_options, verbose)
-        self._info: ModelInfo | None = None
+        self._info: ModelInfo | None = model_info
 
     async def __aenter__(self) -> AsyncDetectionClient:
         return self
@@ -54,10 +64,22 @@ class AsyncDetectionClient:
     async def close(self) -> None:
         await self._transport.close()
 
+    async def _call(self, what: str, attempt: Callable[[float], Awaitable[T]]) -> T:
+        return await acall_with_retries(attempt, self.retry, self.timeout_s, f"{what} at {self.endpoint}")
+
     async def model_info(self) -> ModelInfo:
         """Batch limit and class names of the ensemble, fetched on first call."""
         if self._info is None:
-            self._info = model_info_from_config(self.model, await self._transport.model_config(self.model))
+            metadata = await self._call("model metadata", partial(self._transport.model_metadata, self.model))
+            headers = admin_headers(self.endpoint.protocol, self._admin_key)
+            config = None
+            try:
+                config = await self._call(
+                    "model config", lambda t: self._transport.model_config(self.model, t, headers)
+                )
+            except RestrictedApiError as exc:
+                without_config(self.endpoint, self.model, exc, self._admin_key)
+            self._info = info_from_answers(self.model, metadata, config)
         return self._info
 
     async def detect(self, image: ImageInput) -> DetectionResult:
@@ -70,24 +92,35 @@ class AsyncDetectionClient:
         if not data:
             return []
         info = await self.model_info()
-        batched = info.max_batch_size > 0
+        try:
+            results = await self._detect_chunks(data, info)
+        except InferenceError as exc:
+            learned = learn_batch_limit(info, exc)
+            if learned is None:
+                raise
+            self._info = learned
+            results = await self._detect_chunks(data, learned)
+        if len(results) != len(data):
+            raise ClientError(f"model {self.model!r} returned {len(results)} results for {len(data)} images")
+        return results
+
+    async def _detect_chunks(self, data: list[bytes], info: ModelInfo) -> list[DetectionResult]:
         chunks = split_batches(len(data), info.max_batch_size)
-        tasks = [asyncio.ensure_future(self._infer(data, c, len(chunks), batched)) for c in chunks]
+        tasks = [asyncio.ensure_future(self._infer(data, c, len(chunks), info.batched)) for c in chunks]
         try:
             answers = await asyncio.gather(*tasks)
         finally:  # on the first failure, do not leave the other requests running unobserved
             for task in tasks:
                 task.cancel()
-        results = [result for outputs in answers for result in decode_outputs(outputs, info)]
-        if len(results) != len(data):
-            raise ClientError(f"model {self.model!r} returned {len(results)} results for {len(data)} images")
-        return results
+        return [result for outputs in answers for result in decode_outputs(outputs, info)]
 
     async def _infer(
         self, data: list[bytes], chunk: range, chunks: int, batched: bool
     ) -> dict[str, np.ndarray]:
         try:
-            return await self._transport.infer(self.model, data[chunk.start : chunk.stop], batched)
+            return await self._call(
+                "inference", partial(self._transport.infer, self.model, data[chunk.start : chunk.stop], batched)
+            )
         except InferenceError as exc:
             raise locate(exc, chunk, chunks) from exc
 

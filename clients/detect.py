@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from clients.detection import DetectionResult
 from clients.errors import ClientError
+from clients.retry import DEFAULT_RETRY
 from clients.sync_client import DEFAULT_URL
+from generator.server.hardening import ADMIN_TOKEN_ENV
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--protocol", choices=("grpc", "http"), help="protocol when the URL has no scheme")
     parser.add_argument("--model", default="yolo", help="ensemble name (default: %(default)s)")
     parser.add_argument(
-        "--timeout", type=float, default=10.0, metavar="S", help="per-request timeout in seconds"
+        "--timeout", type=float, default=10.0, metavar="S", help="per-request deadline in seconds, retries included"
+    )
+    parser.add_argument(
+        "--retries", type=int, default=DEFAULT_RETRY.attempts - 1, metavar="N",
+        help="resend a request the server could not take (overload, restart) up to N times (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--admin-key", default=os.environ.get(ADMIN_TOKEN_ENV) or None, metavar="KEY",
+        help=f"key of the restricted model-config API, for class names (default: ${ADMIN_TOKEN_ENV})",
+    )
+    parser.add_argument(
+        "--model-config", type=Path, metavar="PATH",
+        help="the ensemble's config.pbtxt (or its folder) shipped with the client: class names without the key",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per image and line")
     parser.add_argument(
@@ -57,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("--batch must be at least 1")
     if not (args.timeout > 0 and math.isfinite(args.timeout)):
         return _fail("--timeout must be a positive number of seconds")
+    if args.retries < 0:
+        return _fail("--retries must be 0 or more")
     missing = [str(p) for p in args.images if not p.is_file()]
     if missing:
         return _fail(f"image not found or not a file: {', '.join(missing)}")
@@ -69,12 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, out: TextIO) -> None:
     from clients.annotate import annotate_image
+    from clients.contract import load_model_info
     from clients.images import image_bytes
     from clients.sync_client import DetectionClient
 
     names = _output_names(args.images) if args.annotate else {}
+    info = load_model_info(args.model_config) if args.model_config else None
     with DetectionClient(
-        args.url, protocol=args.protocol, model=args.model, timeout_s=args.timeout
+        args.url, protocol=args.protocol, model=info.name if info else args.model, timeout_s=args.timeout,
+        retry=replace(DEFAULT_RETRY, attempts=args.retries + 1), admin_key=args.admin_key, model_info=info,
     ) as client:
         for start in range(0, len(args.images), args.batch):
             paths: list[Path] = args.images[start : start + args.batch]
@@ -85,6 +106,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
                 if args.annotate:
                     annotate_image(blob, result, args.annotate / names[path])
                 out.flush()
+        if not client.model_info.class_names:
+            print("note: class names unknown (the server restricts its model config): "
+                  "pass --admin-key or --model-config; classes print as class_<id>", file=sys.stderr)
 
 
 def format_json(path: Path, result: DetectionResult) -> str:

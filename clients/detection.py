@@ -70,11 +70,20 @@ class DetectionResult:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What the client needs from the ensemble config, read once per client."""
+    """What the client needs to know about the ensemble, read once per client (see clients/contract.py).
+
+    `max_batch_size` is 0 for a model without batching and None for a batching model whose limit is not
+    known yet (only the restricted model-config API tells it; the client learns it from the first request
+    that exceeds it). Without `class_names`, classes are named ``class_<id>``.
+    """
 
     name: str
-    max_batch_size: int
+    max_batch_size: int | None
     class_names: tuple[str, ...]
+
+    @property
+    def batched(self) -> bool:
+        return self.max_batch_size != 0
 
     def class_name(self, class_id: int) -> str:
         if 0 <= class_id < len(self.class_names):
@@ -150,7 +159,8 @@ def _decode_one(
     return DetectionResult(detections=detections)
 
 
-def split_batches(count: int, max_batch_size: int) -> list[range]:
-    """Index ranges of at most `max_batch_size` items (a model without batching takes one at a time)."""
-    step = max(1, max_batch_size)
+def split_batches(count: int, max_batch_size: int | None) -> list[range]:
+    """Index ranges of at most `max_batch_size` items (a model without batching takes one at a time;
+    an unknown limit sends everything at once and lets the server say the limit)."""
+    step = max(1, count) if max_batch_size is None else max(1, max_batch_size)
     return [range(start, min(start + step, count)) for start in range(0, count, step)]

@@ -8,7 +8,18 @@ class ClientError(Exception):
 
 
 class ServerUnavailableError(ClientError):
-    """The server could not be reached, or it is up but not ready/overloaded (worth retrying later)."""
+    """The server could not be reached, is restarting or draining, or shed the request under overload.
+
+    The only error the clients retry (`clients.retry.RetryPolicy`); it reaches the caller once the retries
+    or the deadline are used up.
+    """
+
+
+class RestrictedApiError(ClientError):
+    """The server restricts this API (an admin group such as model-config) and the call had no valid key.
+
+    Never retried: the same call fails the same way until the admin key is given.
+    """
 
 
 class InferenceError(ClientError):

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from clients._transport import SyncTransport
-from clients.detection import (
-    DetectionResult,
-    ModelInfo,
-    decode_outputs,
-    model_info_from_config,
-    split_batches,
-)
+from clients.contract import admin_headers, info_from_answers, learn_batch_limit, without_config
+from clients.detection import DetectionResult, ModelInfo, decode_outputs, split_batches
 from clients.endpoint import Endpoint, parse_endpoint
-from clients.errors import ClientError, ClientTimeoutError, InferenceError, ServerUnavailableError
+from clients.errors import (
+    ClientError,
+    ClientTimeoutError,
+    InferenceError,
+    RestrictedApiError,
+    ServerUnavailableError,
+)
 from clients.images import ImageInput, image_bytes
+from clients.retry import DEFAULT_RETRY, RetryPolicy, call_with_retries
 
+T = TypeVar("T")
 DEFAULT_URL = "127.0.0.1:8001"
 
 
@@ -41,7 +45,10 @@ class DetectionClient:
     """Send encoded images to the detection ensemble and get typed detections back.
 
     The protocol comes from the URL scheme (`grpc://`, `grpcs://`, `http://`, `https://`) or `protocol`,
-    gRPC for a bare `host:port`. The ensemble config (batch limit, class names) is read once, on first use.
+    gRPC for a bare `host:port`. `timeout_s` is the deadline of each request, retries included; `retry`
+    says how often a request the server could not take (overload, restart) is sent again. The contract
+    (batch limit, class names) is read once, on first use, without the restricted model-config API unless
+    `admin_key` is given (see clients/contract.py), or taken as given from `model_info`.
     The HTTP flavour is gevent-based: use one client per thread.
     """
 
@@ -52,14 +59,19 @@ class DetectionClient:
         model: str = "yolo",
         timeout_s: float = 10.0,
         *,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        admin_key: str | None = None,
+        model_info: ModelInfo | None = None,
         client_options: Mapping[str, Any] | None = None,
         verbose: bool = False,
     ) -> None:
         self.endpoint: Endpoint = parse_endpoint(url, protocol)
         self.model = model
         self.timeout_s = check_timeout(timeout_s)
+        self.retry = retry
+        self._admin_key = admin_key
         self._transport = SyncTransport(self.endpoint, self.timeout_s, client_options, verbose)
-        self._info: ModelInfo | None = None
+        self._info: ModelInfo | None = model_info
 
     def __enter__(self) -> DetectionClient:
         return self
@@ -72,11 +84,21 @@ class DetectionClient:
     def close(self) -> None:
         self._transport.close()
 
+    def _call(self, what: str, attempt: Callable[[float], T]) -> T:
+        return call_with_retries(attempt, self.retry, self.timeout_s, f"{what} at {self.endpoint}")
+
     @property
     def model_info(self) -> ModelInfo:
         """Batch limit and class names of the ensemble, fetched on first access."""
         if self._info is None:
-            self._info = model_info_from_config(self.model, self._transport.model_config(self.model))
+            metadata = self._call("model metadata", lambda t: self._transport.model_metadata(self.model, t))
+            headers = admin_headers(self.endpoint.protocol, self._admin_key)
+            config = None
+            try:
+                config = self._call("model config", lambda t: self._transport.model_config(self.model, t, headers))
+            except RestrictedApiError as exc:
+                without_config(self.endpoint, self.model, exc, self._admin_key)
+            self._info = info_from_answers(self.model, metadata, config)
         return self._info
 
     def detect(self, image: ImageInput) -> DetectionResult:
@@ -92,18 +114,28 @@ class DetectionClient:
         if not data:
             return []
         info = self.model_info
+        try:
+            results = self._detect_chunks(data, info)
+        except InferenceError as exc:
+            learned = learn_batch_limit(info, exc)
+            if learned is None:
+                raise
+            self._info = learned
+            results = self._detect_chunks(data, learned)
+        if len(results) != len(data):
+            raise ClientError(f"model {self.model!r} returned {len(results)} results for {len(data)} images")
+        return results
+
+    def _detect_chunks(self, data: list[bytes], info: ModelInfo) -> list[DetectionResult]:
         results: list[DetectionResult] = []
         chunks = split_batches(len(data), info.max_batch_size)
         for chunk in chunks:
             try:
-                outputs = self._transport.infer(
-                    self.model, data[chunk.start : chunk.stop], info.max_batch_size > 0
-                )
+                outputs = self._call("inference", partial(
+                    self._transport.infer, self.model, data[chunk.start : chunk.stop], info.batched))
             except InferenceError as exc:
                 raise locate(exc, chunk, len(chunks)) from exc
             results.extend(decode_outputs(outputs, info))
-        if len(results) != len(data):
-            raise ClientError(f"model {self.model!r} returned {len(results)} results for {len(data)} images")
         return results
 
     def wait_until_ready(self, timeout_s: float = 60.0, poll_s: float = 0.25) -> None:

@@ -17,14 +17,13 @@ from typing import Any
 
 from deploy.errors import SettingsError
 
+# The admin API groups restricted on both protocols: one list, also used by `python -m generator serve`.
+from generator.server.hardening import ADMIN_API_GROUPS
+
 # The 2025 security fixes (HTTP server and Python backend CVEs) ship in 25.07 and later.
 MIN_TRITON_RELEASE = "25.07"
 # From this release on /v2/health/ready notices a dead Python-backend stub.
 STUB_AWARE_READY_RELEASE = "26.04"
-
-# Admin API groups that must never be reachable without the admin header. Health, metadata and
-# inference stay open: probes, clients and load tests use them.
-ADMIN_API_GROUPS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
 
 _RELEASE_RE = re.compile(r"^(\d{2})\.(\d{2})$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")

@@ -15,6 +15,7 @@ from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
 from generator.demo import DEMO_ONNX
 from generator.server.embedded import EmbeddedServer
+from generator.server.hardening import AdminAccess, admin_access
 
 
 def free_port() -> int:
@@ -45,6 +46,11 @@ class TritonTestServer:
     static_onnx_path: Path
     repository: Path
     log_file: Path
+    admin: AdminAccess  # the admin API groups are restricted, as `python -m generator serve` and deploy do
+
+    @property
+    def admin_key(self) -> str:
+        return self.admin.token
 
 
 @pytest.fixture(scope="session")
@@ -67,9 +73,10 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory, demo_onnx: Path) -> 
     build_repository(static_onnx, static_repo,
                      BuildOptions(name="yolo_static", max_batch=4, normalise_in="preprocess", reduce_head=False))
     log_file = root / "tritonserver.log"
+    admin = admin_access(environ={})  # a fresh random key, like `generator serve` without TRITON_ADMIN_TOKEN
     server = EmbeddedServer(
         dynamic_repo, free_port(), free_port(), free_port(), log_file=log_file,
-        extra_args=(f"--model-repository={static_repo}",),
+        extra_args=(f"--model-repository={static_repo}",), admin=admin,
     )
     try:
         server.start()
@@ -89,6 +96,7 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory, demo_onnx: Path) -> 
             static_onnx_path=static_onnx,
             repository=dynamic_repo,
             log_file=log_file,
+            admin=admin,
         )
     finally:
         server.stop()

@@ -19,6 +19,8 @@ RUN python3 -m pip install "numpy>=1.24,<2" "opencv-python-headless>=4.8,<4.12"
 # image needs only the third-party packages above, not the project itself.
 
 COPY deploy/healthcheck.py /opt/deploy/healthcheck.py
+# The probe (and supervisor) the health check runs; standard library only.
+COPY generator/server/watchdog.py /opt/deploy/watchdog.py
 RUN mkdir -p /models && chown 1000:1000 /models
 
 # triton-server (uid 1000) ships with the image; never run as root.

@@ -1,50 +1,108 @@
-"""``serve``: run the embedded Triton server in the foreground until Ctrl-C or SIGTERM."""
+"""``serve``: the embedded Triton in the foreground, hardened like deploy and restarted by the watchdog.
+
+The admin API groups are restricted with the key from TRITON_ADMIN_TOKEN (or a printed random one), every
+ensemble found in the repositories is probed with a real inference, and a server that fails
+``--probe-failures`` probes (in a row, or among the last 2N-1: a hang, a crash loop), that has lost a
+Python-backend stub (one failed probe says so), or that exits is restarted. Ctrl-C or
+SIGTERM drains the requests in flight (``--drain-timeout-s``); a second one stops at once.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
+import re
 import urllib.request
 from pathlib import Path
-from types import FrameType
 
+from generator.errors import ServerError
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer
+from generator.server.hardening import ADMIN_TOKEN_ENV, GRPC_HEADER_PREFIX, AdminAccess, admin_access
+from generator.server.shutdown import EXIT_TIMEOUT_S
+from generator.server.watchdog import Supervisor, WatchdogError, WatchPolicy
+
+_ENSEMBLE_RE = re.compile(r'^\s*platform\s*:\s*"ensemble"\s*$', re.MULTILINE)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--model-repository", type=Path, action="append",
+                        help="model repository (repeat to serve several; default: model_repository)")
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the models")
+    parser.add_argument("--ready-timeout", type=float, default=180.0,
+                        help="seconds from start to the first passing probe")
+    parser.add_argument("--drain-timeout-s", type=int, default=EXIT_TIMEOUT_S,
+                        help="on Ctrl-C/SIGTERM, seconds the requests in flight get to finish")
+    parser.add_argument("--probe-interval-s", type=float, default=5.0, help="seconds between watchdog probes")
+    parser.add_argument("--probe-failures", type=int, default=3, help="failed probes (in a row, or among the last 2N-1) before a restart")
+    parser.add_argument("--probe-timeout-s", type=float, default=5.0, help="seconds one probe may take")
+    parser.add_argument("--restart-grace-s", type=float, default=5.0,
+                        help="seconds an unhealthy server gets after SIGTERM before it is killed and restarted")
+
+
+def find_ensembles(repositories: list[Path]) -> list[str]:
+    """Names of the ensembles (``platform: "ensemble"``) in the repositories: what the watchdog probes."""
+    return sorted(
+        config.parent.name
+        for repository in repositories
+        for config in repository.glob("*/config.pbtxt")
+        if _ENSEMBLE_RE.search(config.read_text(errors="replace"))
+    )
 
 
 def _model_names(server: EmbeddedServer) -> list[str]:
-    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/index", data=b"{}", method="POST")
+    headers = {server.admin.header: server.admin.token} if server.admin else {}
+    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/index", data=b"{}",
+                                     method="POST", headers=headers)
     with urllib.request.urlopen(request, timeout=5) as response:
-        return [m["name"] for m in json.load(response) if m.get("state") == "READY"]
+        return sorted(m["name"] for m in json.load(response) if m.get("state") == "READY")
+
+
+def _announce(server: EmbeddedServer, admin: AdminAccess, start: int) -> None:
+    if start > 1:
+        print(f"Triton restarted (start {start}) and serving again.", flush=True)
+        return
+    print(f"Triton {TRITON_VERSION} ready: HTTP {server.http_url}, gRPC {server.grpc_url}, "
+          f"metrics {server.metrics_url}; models: {', '.join(_model_names(server))}", flush=True)
+    where = f"header '{admin.header}', gRPC metadata '{GRPC_HEADER_PREFIX}{admin.header}'"
+    if admin.generated:
+        print(f"Admin APIs ({', '.join(admin.groups)}) are restricted; key ({where}): {admin.token}", flush=True)
+        print(f"  (set {ADMIN_TOKEN_ENV} to choose the key)", flush=True)
+    else:
+        print(f"Admin APIs ({', '.join(admin.groups)}) are restricted to the key in {ADMIN_TOKEN_ENV} ({where}).",
+              flush=True)
+    print("Press Ctrl-C to stop.", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    server = EmbeddedServer(args.model_repository, args.http_port, args.grpc_port, args.metrics_port)
-
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _terminate)
+    repositories: list[Path] = args.model_repository or [Path("model_repository")]
+    missing = [str(r) for r in repositories if not r.is_dir()]
+    if missing:
+        raise ServerError(f"model repository not found: {', '.join(missing)} (run python -m generator build first)")
+    if not 1 <= args.drain_timeout_s <= 3600:
+        raise ServerError(f"--drain-timeout-s must be 1..3600 seconds, got {args.drain_timeout_s}")
+    admin = admin_access()
+    server = EmbeddedServer(
+        repositories[0], args.http_port, args.grpc_port, args.metrics_port,
+        extra_args=tuple(f"--model-repository={r.resolve()}" for r in repositories[1:]),
+        admin=admin, exit_timeout_s=args.drain_timeout_s,
+    )
     try:
-        server.start()
-        server.wait_ready(args.ready_timeout)
-        print(f"Triton {TRITON_VERSION} ready: HTTP {server.http_url}, gRPC {server.grpc_url}, "
-              f"metrics {server.metrics_url}; models: {', '.join(sorted(_model_names(server)))}", flush=True)
-        print("Press Ctrl-C to stop.", flush=True)
-        assert server.process is not None
-        return server.process.wait()
-    except KeyboardInterrupt:
-        print("Stopping Triton ...", flush=True)
-        code = server.stop()
-        print(f"Triton stopped (exit code {code}).", flush=True)
-        return 0
+        policy = WatchPolicy(failures=args.probe_failures, interval_s=args.probe_interval_s,
+                             timeout_s=args.probe_timeout_s, start_timeout_s=args.ready_timeout,
+                             grace_s=server.stop_timing.watchdog_grace_s, restart_grace_s=args.restart_grace_s)
+    except ValueError as exc:
+        raise ServerError(f"watchdog settings: {exc}") from None
+    supervisor = Supervisor(server.launch, server.http_url, find_ensembles(repositories), policy, restart=True,
+                            on_healthy=lambda start: _announce(server, admin, start))
+    restore = supervisor.install_signal_handlers()
+    try:
+        code = supervisor.run()
+    except WatchdogError as exc:
+        raise ServerError(f"{exc} (the server log is above)") from None
     finally:
+        restore()
         server.stop()
+    print(f"Triton stopped (exit code {code}).", flush=True)
+    return 0

@@ -25,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 
 from generator.errors import ServerError
+from generator.server.hardening import AdminAccess
+from generator.server.shutdown import TEARDOWN_S, StopTiming
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +133,11 @@ def ensure_server() -> ServerInstall:
 
 
 class EmbeddedServer:
-    """Start ``tritonserver`` on loopback for a model repository; use as a context manager."""
+    """Start ``tritonserver`` on loopback for a model repository; use as a context manager.
+
+    `admin` restricts the admin API groups (``generator serve`` and the test server do, like deploy); without
+    it every API is open. `exit_timeout_s` is the drain budget after SIGTERM (see shutdown.py).
+    """
 
     def __init__(
         self,
@@ -141,11 +147,16 @@ class EmbeddedServer:
         metrics_port: int = 8002,
         log_file: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        *,
+        admin: AdminAccess | None = None,
+        exit_timeout_s: int = 10,
     ) -> None:
         self.repository = repository.resolve()
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.log_file = log_file
         self.extra_args = extra_args
+        self.admin = admin
+        self.stop_timing = StopTiming(exit_timeout_s)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -173,7 +184,8 @@ class EmbeddedServer:
             "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
             "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
             "--allow-gpu-metrics=false",
-            "--exit-timeout-secs=10",
+            *self.stop_timing.server_args(),
+            *(self.admin.server_args() if self.admin else ()),
             *self.extra_args,
         ]
 
@@ -186,14 +198,23 @@ class EmbeddedServer:
         return env
 
     def start(self) -> None:
+        self.launch()
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        """Start a new server process (in its own process group, with the stubs) and return it."""
         if not (self.repository / "").is_dir():
             raise ServerError(f"model repository not found: {self.repository} (run python -m generator build first)")
         install = ensure_server()
         log = self.log_file.open("ab") if self.log_file else None
-        self.process = subprocess.Popen(
-            self.command(install), env=self.environment(install), stdout=log or None,
-            stderr=subprocess.STDOUT if log else None, start_new_session=True,
-        )
+        try:
+            self.process = subprocess.Popen(
+                self.command(install), env=self.environment(install), stdout=log or None,
+                stderr=subprocess.STDOUT if log else None, start_new_session=True,
+            )
+        finally:
+            if log is not None:
+                log.close()  # the child has its own descriptor
+        return self.process
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Block until every model is ready; raise with the log's hint if the server dies first."""
@@ -212,9 +233,12 @@ class EmbeddedServer:
             time.sleep(0.25)
         raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s")
 
-    def stop(self, timeout_s: float = 20.0) -> int | None:
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """SIGTERM (Triton drains), then SIGKILL of the process group after the drain budget plus teardown."""
         if self.process is None or self.process.poll() is not None:
             return self.process.returncode if self.process else None
+        if timeout_s is None:
+            timeout_s = float(self.stop_timing.exit_timeout_s + TEARDOWN_S)
         self.process.send_signal(signal.SIGTERM)
         try:
             return self.process.wait(timeout_s)

@@ -48,7 +48,8 @@ def test_missing_image_is_one_line_exit_1(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("args", "fragment"),
-    [(["--batch", "0"], "--batch"), (["--timeout", "0"], "--timeout"), (["--timeout", "-3"], "--timeout")],
+    [(["--batch", "0"], "--batch"), (["--timeout", "0"], "--timeout"), (["--timeout", "-3"], "--timeout"),
+     (["--retries", "-1"], "--retries")],
 )
 def test_bad_numbers_exit_1(image, capsys, args, fragment):
     assert main([str(image), *args]) == 1

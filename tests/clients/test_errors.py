@@ -10,6 +10,7 @@ from clients.errors import (
     ClientTimeoutError,
     ImageSourceError,
     InferenceError,
+    RestrictedApiError,
     ServerUnavailableError,
 )
 from clients.sync_client import locate
@@ -18,8 +19,39 @@ GRPC = parse_endpoint("grpc://h:1")
 
 
 def test_one_tree():
-    for cls in (ServerUnavailableError, InferenceError, ClientTimeoutError, ImageSourceError):
+    for cls in (ServerUnavailableError, InferenceError, ClientTimeoutError, ImageSourceError, RestrictedApiError):
         assert issubclass(cls, ClientError)
+    assert not issubclass(RestrictedApiError, ServerUnavailableError)  # it must never be retried
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ("StatusCode.UNAVAILABLE", "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'"),
+        ("403", "This API is restricted, expecting header 'admin-key'"),
+    ],
+)
+def test_restricted_apis_are_named_as_such(status, message):
+    """Measured on Triton 2.51; gRPC's status is UNAVAILABLE, which alone would read as "retry later"."""
+    error = translate_error(InferenceServerException(message, status), GRPC, 2.0)
+    assert type(error) is RestrictedApiError
+    assert message in str(error) and "admin_key=" in str(error)
+
+
+@pytest.mark.parametrize("status", ["StatusCode.NOT_FOUND", "400"])
+def test_a_model_without_a_loaded_version_is_unavailable(status):
+    """What a request meets while the server unloads its models on the way out (measured on 2.51)."""
+    message = "Request for unknown model: 'yolo' has no available versions"
+    assert type(translate_error(InferenceServerException(message, status), GRPC, 2.0)) is ServerUnavailableError
+    unknown = InferenceServerException("Request for unknown model: 'nope' is not found", status)
+    assert type(translate_error(unknown, GRPC, 2.0)) is InferenceError
+
+
+def test_connection_closed_mid_request_is_unavailable():
+    from geventhttpclient.response import HTTPConnectionClosed
+
+    error = translate_error(HTTPConnectionClosed("connection closed."), GRPC, 2.0)
+    assert type(error) is ServerUnavailableError and "connection closed" in str(error)
 
 
 @pytest.mark.parametrize(
@@ -81,3 +113,11 @@ def test_locate_prefixes_only_split_calls():
     located = locate(error, range(8, 11), 2)
     assert str(located) == "request for images 8..10: invalid image: image 1: corrupt"
     assert located.status == "400"
+
+
+def test_http_client_used_across_threads_says_so():
+    """What gevent raises when a sync HTTP client made in one thread blocks in another (seen in the faults suite)."""
+    import greenlet
+
+    error = translate_error(greenlet.error("Cannot switch to a different thread"), GRPC, 1.0)
+    assert type(error) is ClientError and "use one client per thread" in str(error)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import struct
 import sys
@@ -31,9 +30,23 @@ def test_infer_body_follows_the_binary_tensor_extension() -> None:
     assert header["outputs"] == [{"name": "num_detections", "parameters": {"binary_data": False}}]
 
 
-def test_script_uses_only_the_standard_library() -> None:
-    """It runs inside the Triton image, where the project and its dependencies are not installed."""
-    tree = ast.parse(Path(healthcheck.__file__).read_text())
-    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert roots - {"__future__"} <= set(sys.stdlib_module_names)
+def test_shim_runs_alone_next_to_a_copy_of_the_watchdog(tmp_path: Path) -> None:
+    """In the Triton image neither the project nor site-packages are there: only the two copied files."""
+    import shutil
+    import socket
+    import subprocess
+
+    from generator.server import watchdog
+
+    shutil.copy(healthcheck.__file__, tmp_path / "healthcheck.py")
+    shutil.copy(watchdog.__file__, tmp_path / "watchdog.py")
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-S", "-I", str(tmp_path / "healthcheck.py"), "--url", f"127.0.0.1:{port}",
+             "--ensemble", "yolo", "--models", "yolo_nms"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("unhealthy: cannot reach Triton at 127.0.0.1:") and proc.stderr.count("\n") == 1

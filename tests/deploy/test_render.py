@@ -96,9 +96,10 @@ def test_rendered_script_is_executable(tmp_path: Path) -> None:
 
 
 def test_python_model_requirements_match_the_project_pins() -> None:
-    """The Triton image must carry the same numpy/OpenCV pins as pyproject.toml."""
+    """The Triton image must carry the same numpy/OpenCV pins as pyproject.toml (base and the serve extra)."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["serve"]
     by_name = {re.split(r"[<>=!~\[ ]", d, maxsplit=1)[0]: d.replace(" ", "") for d in deps}
     for requirement in PYTHON_MODEL_REQUIREMENTS:
         name = re.split(r"[<>=!~\[ ]", requirement, maxsplit=1)[0]

@@ -50,7 +50,8 @@ def reference(triton_server) -> ReferencePipeline:
 
 @pytest.fixture(scope="module")
 def max_batch(triton_server) -> int:
-    with DetectionClient(triton_server.grpc_url, model=triton_server.model_name) as client:
+    with DetectionClient(triton_server.grpc_url, model=triton_server.model_name,
+                         admin_key=triton_server.admin_key) as client:
         return client.model_info.max_batch_size
 
 
@@ -67,8 +68,8 @@ def url_for(server, protocol: str) -> str:
 
 
 def run(mode: str, server, protocol: str, call: str, *args, **client_kwargs):
-    """Call `call` on a fresh sync or async client; returns its result."""
-    kwargs = {"model": server.model_name, "timeout_s": 30.0, **client_kwargs}
+    """Call `call` on a fresh sync or async client (with the admin key, unless given); returns its result."""
+    kwargs = {"model": server.model_name, "timeout_s": 30.0, "admin_key": server.admin_key, **client_kwargs}
     if mode == "sync":
         with DetectionClient(url_for(server, protocol), **kwargs) as client:
             return getattr(client, call)(*args)
@@ -145,10 +146,11 @@ def test_detect_many_splits_at_max_batch_size(
 
 
 def test_class_names_come_from_the_ensemble(triton_server, reference):
-    with DetectionClient(triton_server.grpc_url, model=triton_server.model_name) as grpc_client:
+    key = triton_server.admin_key
+    with DetectionClient(triton_server.grpc_url, model=triton_server.model_name, admin_key=key) as grpc_client:
         grpc_info = grpc_client.model_info
     with DetectionClient(
-        triton_server.http_url, protocol="http", model=triton_server.model_name
+        triton_server.http_url, protocol="http", model=triton_server.model_name, admin_key=key
     ) as http_client:
         http_info = http_client.model_info
     assert grpc_info == http_info
@@ -234,6 +236,8 @@ def test_cli_json_and_annotate(triton_server, reference, images, expected, tmp_p
         str(out_dir),
         "--batch",
         "4",
+        "--admin-key",
+        triton_server.admin_key,
     ]
     assert detect_main(argv) == 0
     lines = capsys.readouterr().out.splitlines()

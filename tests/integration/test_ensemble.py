@@ -16,6 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from clients.contract import admin_headers
 from generator.evaluation.reference import ReferencePipeline
 from generator.synthetic import encode, make_scene
 
@@ -226,7 +227,8 @@ def test_other_image_kinds_match_reference(triton_server, reference, kind) -> No
 
 def test_ensemble_config_carries_class_names(triton_server, reference) -> None:
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)
-    config = client.get_model_config(triton_server.model_name, as_json=True)["config"]
+    config = client.get_model_config(triton_server.model_name, as_json=True,
+                                     headers=admin_headers("grpc", triton_server.admin_key))["config"]
     import json
 
     names = json.loads(config["parameters"]["class_names"]["string_value"])
@@ -239,10 +241,11 @@ def test_both_head_layouts_are_served(triton_server) -> None:
 
     head = inspect_onnx(triton_server.onnx_path).output.shape  # [N, 4 + nc, A]
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)
+    headers = admin_headers("grpc", triton_server.admin_key)
     for model, layout, rows in (("yolo", "v8_reduced", 6), ("yolo_static", "v8", head[1])):
-        nms = client.get_model_config(f"{model}_nms", as_json=True)["config"]
+        nms = client.get_model_config(f"{model}_nms", as_json=True, headers=headers)["config"]
         assert nms["parameters"]["layout"]["string_value"] == layout
-        detector = client.get_model_config(f"{model}_detector", as_json=True)["config"]
+        detector = client.get_model_config(f"{model}_detector", as_json=True, headers=headers)["config"]
         assert [int(d) for d in detector["output"][0]["dims"]] == [rows, head[2]]
 
 
