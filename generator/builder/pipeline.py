@@ -18,6 +18,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from generator.builder.admission import budget_warning, queue_policy
 from generator.builder.config.render import render_models
 from generator.builder.declarations import to_flags, to_record
 from generator.builder.graph.prefix import SERVED_INPUT, add_normalisation_prefix
@@ -26,6 +27,7 @@ from generator.builder.onnx_inspect import DetectorInfo, TensorInfo, inspect_onn
 from generator.builder.options import BuildOptions, SpecError
 from generator.builder.repository import MARKER as MANIFEST_NAME
 from generator.builder.repository import write_repository
+from generator.builder.service_time import ServiceTime, measure_service_time
 from generator.demo import DEMO_ONNX
 
 logger = logging.getLogger(__name__)
@@ -122,9 +124,15 @@ def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, serv
     return report_files(report)
 
 
+def admission_record(options: BuildOptions, service: ServiceTime) -> dict[str, object]:
+    """What the manifest says about overload: the budget, the service time it was sized from, the policy."""
+    policy = queue_policy(options.max_queue_ms, options.max_batch, service.batch_ms)
+    return {"max_queue_ms": options.max_queue_ms, "service": service.to_json(), "queue_policy": policy.to_json()}
+
+
 def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
               precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
-              plan: dict[str, object] | None) -> dict[str, object]:
+              plan: dict[str, object] | None, service: ServiceTime) -> dict[str, object]:
     from generator.builder.manifest import Manifest, PlanFacts, Thresholds, hash_files
 
     if options.precision == "fp32":
@@ -158,6 +166,7 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
                 "reduced_decode": options.reduced_decode,
             },
             "precision_facts": precision_facts,
+            "admission": admission_record(options, service),
             "options": to_record(options),
             "rebuild": rebuild_words(onnx_path, output, options),
         },
@@ -203,12 +212,12 @@ def _detector_files(served: onnx.ModelProto, info_served: DetectorInfo, options:
     return files, artifacts.overrides, artifacts.manifest
 
 
-def _model_files(info_served: DetectorInfo, options: BuildOptions, overrides: dict[str, object]
-                 ) -> tuple[dict[str, bytes], tuple[str, ...]]:
+def _model_files(info_served: DetectorInfo, options: BuildOptions, overrides: dict[str, object],
+                 service: ServiceTime) -> tuple[dict[str, bytes], tuple[str, ...]]:
     """Every config.pbtxt, the ensemble's version folder and the Python-backend sources."""
     names = options.model_names
     extra = step_parameters(options, info_served.output.name)
-    rendered = render_models(info_served, options, extra, detector_overrides=overrides)
+    rendered = render_models(info_served, options, extra, detector_overrides=overrides, service=service)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
     files[f"{options.name}/1/.keep"] = b""  # an ensemble still needs a version folder
     for step, source in _STEP_SOURCES.items():
@@ -244,14 +253,17 @@ def build_repository(
             precision_transform = make_precision_transform(options.calibration)
         model, precision_facts = precision_transform(model, info, options)
     served, info_served = _served_graph(model, info, options)
+    service = measure_service_time(served, info_served, options)
+    if warning := budget_warning(options.max_queue_ms, service.batch_ms):
+        logger.warning("%s", warning)
     files, overrides, plan = _detector_files(served, info_served, options)
-    model_files, models = _model_files(info_served, options, overrides)
+    model_files, models = _model_files(info_served, options, overrides, service)
     files.update(model_files)
     validated = options.precision != "fp32" and options.gate.enabled
     if validated:
         files.update(_run_gate(onnx_path, served, info, info_served.layout, options))
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
-                         validated, plan)
+                         validated, plan, service)
     files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()
     write_repository(output, files, force=force)
     return BuildResult(output, info, models, manifest)

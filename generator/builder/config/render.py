@@ -10,8 +10,10 @@ import jinja2
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from generator.builder.admission import queue_policy
 from generator.builder.onnx_inspect import DetectorInfo
 from generator.builder.options import BuildOptions
+from generator.builder.service_time import ServiceTime
 from generator.errors import ConfigError
 from generator.serving import contract
 
@@ -71,26 +73,49 @@ def detector_max_batch(info: DetectorInfo, options: BuildOptions) -> int:
     )
 
 
+def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict[str, Any]:
+    """Template values of ``_batching.pbtxt.j2``: the queue policy sized from the latency budget."""
+    policy = queue_policy(options.max_queue_ms, options.max_batch,
+                          service.batch_ms if service is not None else options.service_ms)
+    return {
+        "instance_kind": "KIND_CPU",
+        "queue_delay_us": options.queue_delay_us,
+        "queue_timeout_us": policy.timeout_us,
+        "max_queue_size": policy.max_queue_size,
+        "priority_levels": policy.priority_levels,
+        "default_priority_level": policy.default_priority_level,
+    }
+
+
+def decode_parameters(options: BuildOptions, service: ServiceTime | None) -> dict[str, str]:
+    """The preprocess step's per-image work limits beyond the header limits; no budget without a measurement."""
+    budget = options.limits.max_decode_ms if options.limits.max_decode_ms is not None else options.max_queue_ms
+    rate = service.decode_ms_per_megapixel if service is not None else 0.0
+    return {
+        "max_jpeg_scans": str(options.limits.max_jpeg_scans),
+        "max_decode_ms": repr(float(budget)) if rate > 0 else "0.0",
+        "decode_ms_per_megapixel": repr(round(rate, 3)),
+    }
+
+
 def render_models(
     info: DetectorInfo,
     options: BuildOptions,
     extra_parameters: dict[str, dict[str, str]] | None = None,
     detector_overrides: dict[str, Any] | None = None,
+    service: ServiceTime | None = None,
 ) -> dict[str, RenderedModel]:
     """Render, parse and cross-check the four configs; returns them keyed by model name.
 
     ``info`` describes the *served* detector graph (after precision and the normalisation prefix).
     ``detector_overrides`` replaces detector template values, e.g. bindings read from a TensorRT engine.
+    ``service`` (measured by the build) sizes the queues and the decode budget; without it the queues hold
+    two batches and there is no decode budget.
     """
     env = _environment()
     names = options.model_names
     height, width = info.image_size
-    batching = {
-        "instance_kind": "KIND_CPU",
-        "queue_delay_us": options.queue_delay_us,
-        "queue_timeout_us": options.queue_timeout_us,
-        "max_queue_size": options.max_queue_size,
-    }
+    batching = batching_context(options, service)
     extra = extra_parameters or {}
     limits = options.limits
     detector = {
@@ -124,6 +149,7 @@ def render_models(
                 "max_image_bytes": str(limits.max_bytes),
                 "max_image_pixels": str(limits.max_pixels),
                 "max_image_side": str(limits.max_side),
+                **decode_parameters(options, service),
                 "reduced_decode": "true" if options.reduced_decode else "false",
                 "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
                 **extra.get("preprocess", {}),
