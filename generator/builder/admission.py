@@ -13,7 +13,9 @@ sheds load itself:
   batch for that step, so this backstop answers later than a full queue does.
 - ``priority_levels: 2`` with ``default_priority_level: 2``: user requests land in level 2; health and
   readiness probes send priority 1 and overtake them in every step's queue (the ensemble passes a
-  request's priority on to each step). Each level has its own queue of the same size.
+  request's priority on to each step). Level 1 has its own queue of the same size and no timeout: a
+  probe waits at most for the batch each step is running, and a probe rejected for a slow batch under
+  overload would restart a server that is only busy.
 
 ``max_queue_size`` counts requests, not images: a client sending N images per request fills the queue
 N times as fast, and the timeout, not the queue size, bounds its wait.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from generator.serving.contract import PRIORITY_LEVELS, USER_PRIORITY
+from generator.serving.contract import PRIORITY_LEVELS, PROBE_PRIORITY, USER_PRIORITY
 
 # Steps measured one after another vs the same steps sharing the machine's cores under overload.
 CONTENTION_FACTOR = 2.0
@@ -38,6 +40,7 @@ class QueuePolicy:
     max_queue_size: int
     priority_levels: int = PRIORITY_LEVELS
     default_priority_level: int = USER_PRIORITY
+    probe_priority_level: int = PROBE_PRIORITY  # its queue has no timeout
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -45,6 +48,7 @@ class QueuePolicy:
             "max_queue_size": self.max_queue_size,
             "priority_levels": self.priority_levels,
             "default_priority_level": self.default_priority_level,
+            "probe_priority_level": self.probe_priority_level,
         }
 
 

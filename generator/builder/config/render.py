@@ -84,6 +84,7 @@ def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict
         "max_queue_size": policy.max_queue_size,
         "priority_levels": policy.priority_levels,
         "default_priority_level": policy.default_priority_level,
+        "probe_priority_level": policy.probe_priority_level,
     }
 
 

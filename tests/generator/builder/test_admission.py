@@ -31,8 +31,9 @@ def test_policy_rejects_after_the_budget_and_keeps_two_priority_levels() -> None
     policy = queue_policy(250.0, 8, 50.0)
     assert policy.timeout_us == 250_000
     assert (policy.priority_levels, policy.default_priority_level) == (2, 2)
+    assert policy.probe_priority_level == 1
     assert policy.to_json() == {"default_timeout_microseconds": 250_000, "max_queue_size": 20,
-                                "priority_levels": 2, "default_priority_level": 2}
+                                "priority_levels": 2, "default_priority_level": 2, "probe_priority_level": 1}
     assert queue_policy(0.4, 8, None).timeout_us == 400  # sub-millisecond budgets round to microseconds
 
 

@@ -111,6 +111,9 @@ def test_every_step_sheds_overload_and_lets_probes_overtake(target: str) -> None
         assert policy.default_timeout_microseconds == 200_000
         assert policy.max_queue_size == 20  # 200 / 40 x 8 / 2
         assert not policy.allow_timeout_override
+        probes = batching.priority_queue_policy[1]  # same queue size, never timed out
+        assert (probes.max_queue_size, probes.default_timeout_microseconds) == (20, 0)
+        assert set(batching.priority_queue_policy) == {1}
     # The ensemble has no scheduler of its own: with dynamic_batching it would reset every priority to 0.
     assert not models["yolo"].HasField("dynamic_batching")
 
@@ -194,7 +197,8 @@ def test_strict_undefined_raises_on_a_missing_variable() -> None:
     with pytest.raises(jinja2.UndefinedError, match="max_detections"):
         template.render(name="x", max_batch_size=1, raw_name="o", raw_dtype="TYPE_FP32", raw_dims=[6, 64],
                         instances=1, instance_kind="KIND_CPU", queue_delay_us=0, queue_timeout_us=0,
-                        max_queue_size=0, priority_levels=2, default_priority_level=2, parameters={})
+                        max_queue_size=0, priority_levels=2, default_priority_level=2, probe_priority_level=1,
+                        parameters={})
 
 
 def test_unknown_field_in_a_config_is_refused() -> None:
