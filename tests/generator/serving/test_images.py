@@ -436,6 +436,27 @@ def test_segments_between_scans_are_skipped_by_their_length() -> None:
         check_header(disguised, LIMITS)
 
 
+def test_extra_scans_after_one_interleaved_scan_are_not_walked() -> None:
+    # libjpeg stops at a second scan of a single-scan baseline JPEG, so repeats cost nothing to decode and
+    # the header check keeps its cheap end-marker search.
+    data = encode(gradient(96, 128), ".jpg")
+    first, end = scan_offsets(data)[0], data.rindex(b"\xff\xd9")
+    repeated = data[:end] + data[first:end] * 500 + b"\xff\xd9"
+    assert check_header(repeated, LIMITS) == ImageHeader("jpeg", 128, 96)
+    assert decode_image(repeated)[0].shape == (96, 128, 3)
+
+
+def test_sequential_jpeg_with_one_component_per_scan_is_walked() -> None:
+    # A non-interleaved baseline JPEG (first scan: 1 of 3 components) has a scan per component, and libjpeg
+    # reads every further one: those are counted like progressive scans.
+    data = encode(gradient(96, 128), ".jpg")
+    first, end = scan_offsets(data)[0], data.rindex(b"\xff\xd9")
+    one_component = data[:first + 4] + b"\x01" + data[first + 5 : end]
+    assert read_header(one_component + b"\xff\xd9").scans == 1
+    with pytest.raises(ImageError, match="more than 64 scans"):
+        read_header(one_component + data[first:end] * 100 + b"\xff\xd9")
+
+
 def test_marker_spam_between_scans_is_bounded() -> None:
     data = progressive()
     second = scan_offsets(data)[1]
