@@ -5,8 +5,7 @@ preprocess step's decode and letterbox, the served detector graph on ONNX Runtim
 embedded detector instance gets, and the NMS step. Each step is timed on its own and the median of a few
 runs is kept. For ``--target tensorrt`` the detector runs on the GPU beside the Python steps, so only the
 preprocess step (the slowest of them) is timed; ``--service-ms`` replaces the measurement (e.g. with a
-number from a load test on the serving machine). The same run measures how fast this machine decodes a baseline JPEG, the unit of
-the per-image decode budget (``generator.serving.images.DecodeBudget``).
+number from a load test on the serving machine).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ class ServiceTime:
 
     batch: int
     batch_ms: float
-    decode_ms_per_megapixel: float  # full-resolution baseline JPEG decode on this machine
     source: str  # how batch_ms is known
     steps_ms: dict[str, float] = field(default_factory=dict)  # per step, when measured
 
@@ -50,7 +48,6 @@ class ServiceTime:
             "steps_ms": {step: round(ms, 2) for step, ms in self.steps_ms.items()},
             "source": self.source,
             "frame": f"{FRAME[0]}x{FRAME[1]} JPEG",
-            "decode_ms_per_megapixel": round(self.decode_ms_per_megapixel, 2),
         }
 
 
@@ -73,15 +70,6 @@ def _frame() -> bytes:
     image = make_scene(rng, *FRAME).image
     noisy = np.clip(image + rng.normal(0.0, 12.0, image.shape), 0, 255).astype(np.uint8)
     return encode(noisy)
-
-
-def decode_ms_per_megapixel(frame: bytes, runs: int = 5) -> float:
-    """The fastest of a few full-resolution decodes: the budget should not tighten on a busy build machine."""
-    import cv2
-
-    buffer = np.frombuffer(frame, dtype=np.uint8)
-    fastest = min(_median_ms(lambda: cv2.imdecode(buffer, cv2.IMREAD_COLOR), runs=1) for _ in range(runs))
-    return fastest / (FRAME[0] * FRAME[1] / 1e6)
 
 
 def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions,
@@ -113,16 +101,14 @@ def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptio
 
 def measure_service_time(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions) -> ServiceTime:
     """Time the serving code on one batch (or take ``--service-ms``); ``info`` describes the served graph."""
+    if options.service_ms is not None:
+        return ServiceTime(options.max_batch, options.service_ms, "--service-ms")
     import cv2
 
-    frames = [_frame()] * options.max_batch
     threads = cv2.getNumThreads()
     cv2.setNumThreads(1)  # as the preprocess model runs
     try:
-        decode_rate = decode_ms_per_megapixel(frames[0])
-        if options.service_ms is not None:
-            return ServiceTime(options.max_batch, options.service_ms, decode_rate, "--service-ms")
-        steps = _time_steps(served, info, options, frames)
+        steps = _time_steps(served, info, options, [_frame()] * options.max_batch)
     finally:
         cv2.setNumThreads(threads)
     source = "measured on the build machine"
@@ -130,7 +116,7 @@ def measure_service_time(served: onnx.ModelProto, info: DetectorInfo, options: B
         source += " (preprocess only: the detector runs on the GPU beside it)"
     elif options.target == "onnxruntime":
         source += " (detector on ONNX Runtime CPU: an upper bound on a GPU)"
-    service = ServiceTime(options.max_batch, sum(steps.values()), decode_rate, source, steps)
+    service = ServiceTime(options.max_batch, sum(steps.values()), source, steps)
     logger.info("Service time of a batch of %d: %.1f ms (%s)", options.max_batch, service.batch_ms,
                 ", ".join(f"{step} {ms:.1f} ms" for step, ms in steps.items()))
     return service

@@ -176,15 +176,10 @@ def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict
     }
 
 
-def decode_parameters(options: BuildOptions, service: ServiceTime | None) -> dict[str, str]:
-    """The preprocess step's per-image work limits beyond the header limits; no budget without a measurement."""
+def decode_parameters(options: BuildOptions) -> dict[str, str]:
+    """The preprocess step's per-image work limits beyond the header limits (0 ms: no decode budget)."""
     budget = options.limits.max_decode_ms if options.limits.max_decode_ms is not None else options.max_queue_ms
-    rate = service.decode_ms_per_megapixel if service is not None else 0.0
-    return {
-        "max_jpeg_scans": str(options.limits.max_jpeg_scans),
-        "max_decode_ms": repr(float(budget)) if rate > 0 else "0.0",
-        "decode_ms_per_megapixel": repr(round(rate, 3)),
-    }
+    return {"max_jpeg_scans": str(options.limits.max_jpeg_scans), "max_decode_ms": repr(float(budget))}
 
 
 def render_models(
@@ -198,15 +193,15 @@ def render_models(
 
     ``info`` describes the *served* detector graph (after precision and the normalisation prefix);
     ``detector`` is its config I/O as the backend will see it (default: as the ONNX declares it).
-    ``service`` (measured by the build) sizes the queues and the decode budget; without it the queues hold
-    two batches and there is no decode budget.
+    ``service`` (measured by the build) sizes the queues; without it (and without ``--service-ms``) they
+    hold two batches.
     """
     env = _environment()
     io = detector or detector_io(declared_io(info), info, options)
     batching = batching_context(options, service)
     extra = extra_parameters or {}
     cuda_graphs = options.target == "tensorrt" and options.tensorrt.cuda_graphs
-    preprocess_parameters = {**decode_parameters(options, service), **extra.get("preprocess", {})}
+    preprocess_parameters = {**decode_parameters(options), **extra.get("preprocess", {})}
     contexts: dict[str, tuple[str, dict[str, Any]]] = {
         "preprocess": ("preprocess.pbtxt.j2",
                        _preprocess_context(info, options, io, preprocess_parameters, batching)),

@@ -22,7 +22,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from ensemble_common import failed, parameters
 from ensemble_pipeline.batch import prepare_batch, to_float_nchw
-from ensemble_pipeline.images import DecodeBudget, ImageLimits
+from ensemble_pipeline.images import DecodeBudget, ImageLimits, measure_decode_speed
 
 # Triton runs several models side by side; OpenCV's own thread pool would oversubscribe the cores.
 cv2.setNumThreads(1)
@@ -32,17 +32,26 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         params = parameters(args)
         self.target = (int(params["input_height"]), int(params["input_width"]))
-        budget_ms = float(params["max_decode_ms"])
         self.limits = ImageLimits(
             max_bytes=int(params["max_image_bytes"]),
             max_pixels=int(params["max_image_pixels"]),
             max_side=int(params["max_image_side"]),
             max_jpeg_scans=int(params["max_jpeg_scans"]),
-            decode_budget=DecodeBudget(budget_ms, float(params["decode_ms_per_megapixel"])) if budget_ms else None,
+            decode_budget=self._decode_budget(float(params["max_decode_ms"])),
         )
         self.reduced_decode = params["reduced_decode"] == "true"
         # uint8: letterboxed BGR NHWC, normalised inside the detector graph; otherwise float NCHW RGB /255.
         self.output_dtype = np.dtype(params["output_dtype"])
+
+    @staticmethod
+    def _decode_budget(max_ms: float) -> DecodeBudget | None:
+        """The budget in this machine's decode speed, measured here where the decoding happens."""
+        if max_ms <= 0:
+            return None
+        speed = measure_decode_speed()
+        pb_utils.Logger.log_info(f"preprocess: decode budget {max_ms:g} ms per image; a baseline JPEG decodes "
+                                 f"at {speed:.1f} ms per megapixel here")
+        return DecodeBudget(max_ms, speed)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:

@@ -29,8 +29,6 @@ def test_every_step_is_timed_on_a_full_batch(demo_served) -> None:
     assert all(ms > 0 for ms in service.steps_ms.values())
     assert service.batch_ms == pytest.approx(sum(service.steps_ms.values()))
     assert service.source == "measured on the build machine"
-    # libjpeg-turbo decodes tens to hundreds of megapixels per second on any CPU of the last decade.
-    assert 0.5 < service.decode_ms_per_megapixel < 200
     record = service.to_json()
     assert record["frame"] == f"{FRAME[0]}x{FRAME[1]} JPEG" and record["batch"] == 4
 
@@ -51,6 +49,4 @@ def test_tensorrt_times_only_the_preprocess_step(demo_served) -> None:
 
 def test_the_flag_replaces_the_measurement(demo_served) -> None:
     served, info = demo_served
-    service = measure_service_time(served, info, BuildOptions(service_ms=42.0))
-    assert service == ServiceTime(8, 42.0, service.decode_ms_per_megapixel, "--service-ms")
-    assert service.decode_ms_per_megapixel > 0  # the decode budget still needs this machine's speed
+    assert measure_service_time(served, info, BuildOptions(service_ms=42.0)) == ServiceTime(8, 42.0, "--service-ms")

@@ -26,6 +26,7 @@ from generator.serving.images import (
     check_header,
     decode_cost_megapixels,
     decode_image,
+    measure_decode_speed,
     read_header,
     reduction_factor,
 )
@@ -502,6 +503,11 @@ def test_reduced_decode_is_what_the_budget_counts() -> None:
     image, source = decode_image(data, tight, target=(64, 64))
     assert image.shape == (188, 250, 3) and source == (2000, 1500)
     check_decode_budget(read_header(data), 8, tight.decode_budget)  # type: ignore[arg-type]
+
+
+def test_decode_speed_is_measured_on_a_camera_like_frame() -> None:
+    # libjpeg-turbo decodes tens to hundreds of megapixels per second on any CPU of the last decade.
+    assert 0.5 < measure_decode_speed(runs=3) < 200
 
 
 def test_without_a_budget_only_the_size_limits_apply() -> None:

@@ -176,7 +176,7 @@ def test_ort_tensorrt_accelerator_takes_the_graphs_precision(precision: str, mod
 def test_config_values_follow_the_options() -> None:
     options = BuildOptions(max_batch=16, conf_threshold=0.3, iou_threshold=0.6, max_detections=42,
                            queue_delay_us=1234, max_queue_ms=300, instances=(1, 2, 3), reduced_decode=False)
-    service = ServiceTime(batch=16, batch_ms=50.0, decode_ms_per_megapixel=12.5, source="test")
+    service = ServiceTime(batch=16, batch_ms=50.0, source="test")
     models = configs(render_models(served(), options, EXTRA, service=service))
     ensemble, nms, pre = models["yolo"], models["yolo_nms"], models["yolo_preprocess"]
     assert ensemble.platform == "ensemble" and ensemble.max_batch_size == 16
@@ -196,7 +196,7 @@ def test_config_values_follow_the_options() -> None:
 
 @pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
 def test_every_step_sheds_overload_and_lets_probes_overtake(target: str) -> None:
-    service = ServiceTime(batch=8, batch_ms=40.0, decode_ms_per_megapixel=10.0, source="test")
+    service = ServiceTime(batch=8, batch_ms=40.0, source="test")
     models = configs(render_models(served(), BuildOptions(target=target, max_queue_ms=200), EXTRA,
                                    service=service))
     for step in ("yolo_preprocess", "yolo_detector", "yolo_nms"):
@@ -220,20 +220,17 @@ def test_without_a_service_time_the_queues_hold_two_batches() -> None:
     assert policy.max_queue_size == 8 and policy.default_timeout_microseconds == 250_000
 
 
-@pytest.mark.parametrize(("limits", "service", "budget"), [
-    (ImageLimitOptions(), ServiceTime(8, 40.0, 12.5, "test"), "250.0"),  # the queue budget
-    (ImageLimitOptions(max_decode_ms=80), ServiceTime(8, 40.0, 12.5, "test"), "80.0"),
-    (ImageLimitOptions(max_decode_ms=0), ServiceTime(8, 40.0, 12.5, "test"), "0.0"),  # switched off
-    (ImageLimitOptions(), None, "0.0"),  # nothing measured: no budget
+@pytest.mark.parametrize(("limits", "budget"), [
+    (ImageLimitOptions(), "250.0"),  # the queue budget
+    (ImageLimitOptions(max_decode_ms=80), "80.0"),
+    (ImageLimitOptions(max_decode_ms=0), "0.0"),  # switched off
 ])
-def test_preprocess_gets_the_per_image_work_limits(limits: ImageLimitOptions, service: ServiceTime | None,
-                                                   budget: str) -> None:
+def test_preprocess_gets_the_per_image_work_limits(limits: ImageLimitOptions, budget: str) -> None:
     options = BuildOptions(limits=ImageLimitOptions(**{**limits.__dict__, "max_jpeg_scans": 12}))
-    pre = configs(render_models(served(), options, EXTRA, service=service))["yolo_preprocess"]
+    pre = configs(render_models(served(), options, EXTRA))["yolo_preprocess"]
     params = {key: value.string_value for key, value in pre.parameters.items()}
     assert params["max_jpeg_scans"] == "12"
     assert params["max_decode_ms"] == budget
-    assert params["decode_ms_per_megapixel"] == ("12.5" if service else "0.0")
 
 
 def test_normalise_in_preprocess_sends_float_nchw() -> None:
