@@ -93,6 +93,12 @@ class Sender:
             done.acquire()
         return results
 
+    def live_ms(self) -> float:
+        """Round trip of the server's cheapest call: how responsive the machine is at the moment."""
+        start = time.perf_counter()
+        self.client.is_server_live()
+        return (time.perf_counter() - start) * 1000
+
     def one_by_one(self, count: int, priority: int = 0, pause_s: float = 0.0) -> list[Outcome]:
         results: list[Outcome] = []
         done = threading.Semaphore(0)

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -112,51 +112,71 @@ def _summary(name: str, outcomes: list[Outcome]) -> str:
     return f"{name}: {len(outcomes)} sent; " + "; ".join(parts)
 
 
-def test_ten_times_capacity_is_shed_within_the_budget(overload_server: OverloadServer) -> None:
-    budget_ms = overload_server.admission["max_queue_ms"]
-    server = overload_server.server
-    sender = Sender(server.grpc_url, "yolo", overload_server.image)
-    later = Sender(server.grpc_url, "yolo", overload_server.image)  # its own connection
+@dataclass
+class BurstRun:
+    """What the overload test saw: before, during and one second after a burst at 10x capacity."""
+
+    idle: list[Outcome]
+    saturated: list[Outcome]
+    capacity: float
+    burst: list[Outcome] = field(default_factory=list)
+    probes: list[Outcome] = field(default_factory=list)  # priority 1 during the burst: no queueing
+    live_ms: list[float] = field(default_factory=list)  # cheapest call during the burst: no work
+    recovered: list[Outcome] = field(default_factory=list)
+
+
+def _burst(server: EmbeddedServer, image: bytes) -> tuple[BurstRun, dict]:
+    sender = Sender(server.grpc_url, "yolo", image)
+    reference = Sender(server.grpc_url, "yolo", image)  # its own connection
     try:
         idle = sender.one_by_one(20)
         saturated = sender.closed_loop(8, 5.0)
-        capacity = sum(o.ok for o in saturated) / 5.0
+        run = BurstRun(idle, saturated, sum(o.ok for o in saturated) / 5.0)
         before = snapshot(server.metrics_url)
-        burst: list[Outcome] = []
+        flood = threading.Thread(target=lambda: run.burst.extend(sender.open_loop(10 * run.capacity, BURST_S)))
         started = time.perf_counter()
-        flood = threading.Thread(target=lambda: burst.extend(sender.open_loop(10 * capacity, BURST_S)))
         flood.start()
-        time.sleep(BURST_S + 1.0)  # one second after the last request of the burst, answered or not
-        recovered = later.one_by_one(20)
+        while time.perf_counter() - started < BURST_S - 1.0:
+            run.live_ms.append(reference.live_ms())
+            run.probes.extend(reference.one_by_one(1, priority=PROBE_PRIORITY, pause_s=0.1))
+        time.sleep(max(0.0, started + BURST_S + 1.0 - time.perf_counter()))  # 1 s after the last request
+        run.recovered = reference.one_by_one(20)
         flood.join()
-        after = snapshot(server.metrics_url)
+        return run, stage_deltas(before, snapshot(server.metrics_url))
     finally:
         sender.close()
-        later.close()
-    stages = stage_deltas(before, after)
+        reference.close()
+
+
+def test_ten_times_capacity_is_shed_within_the_budget(overload_server: OverloadServer) -> None:
+    budget_ms = overload_server.admission["max_queue_ms"]
+    run, stages = _burst(overload_server.server, overload_server.image)
     queue_ms = {model: (s.queue_us or 0) / 1000 for model, s in stages.items() if model.startswith("yolo_")}
-    print(f"\nadmission: {overload_server.admission}\ncapacity {capacity:.0f}/s; burst at {10 * capacity:.0f}/s "
-          f"for {BURST_S:.0f} s (sent until {sender.last_sent - started:.1f} s)")
-    for name, outcomes in (("idle", idle), ("saturated c=8", saturated), ("burst", burst),
-                           ("1 s after", recovered)):
+    live = percentile(run.live_ms, 50)
+    print(f"\nadmission: {overload_server.admission}\ncapacity {run.capacity:.0f}/s; burst at "
+          f"{10 * run.capacity:.0f}/s for {BURST_S:.0f} s; server-live round trip during it p50 {live:.1f} ms")
+    for name, outcomes in (("idle", run.idle), ("saturated c=8", run.saturated), ("burst", run.burst),
+                           ("probes during it", run.probes), ("1 s after", run.recovered)):
         print(_summary(name, outcomes))
     print("queue ms per accepted request: " + ", ".join(f"{m} {ms:.0f}" for m, ms in queue_ms.items()))
     print("requests each step completed: " + ", ".join(f"{m} {s.requests}" for m, s in stages.items()
                                                        if m.startswith("yolo")))
 
-    rejected = [o for o in burst if not o.ok]
-    assert len(rejected) > 0.5 * len(burst), "10x capacity must be shed"
+    rejected = [o for o in run.burst if not o.ok]
+    assert len(rejected) > 0.5 * len(run.burst), "10x capacity must be shed"
     assert {o.status for o in rejected} == {"StatusCode.UNAVAILABLE"}
     # Waiting is what the budget bounds (the old 64-deep queues held accepted requests for seconds).
     assert sum(queue_ms.values()) <= budget_ms
-    # Rejections are a full queue, answered at once; the timeout backstop is the exception.
-    assert percentile([o.latency_ms for o in rejected], 50) < 50
+    # Rejections are a full queue, answered as fast as the server's cheapest call; timeouts are the backstop.
+    assert percentile([o.latency_ms for o in rejected], 50) < 50 + live
     assert sum(_kind(o) == "timed out" for o in rejected) < 0.1 * len(rejected)
-    # Accepted requests see at most the budget on top of what they see at capacity. The tail gets slack:
-    # the load generator and the server's own rejection work take cores from the pipeline at 10x.
-    sla_ms = budget_ms + percentile(_ok(saturated), 95)
-    assert percentile(_ok(burst), 50) <= sla_ms
-    assert percentile(_ok(burst), 95) <= 3 * sla_ms
+    # An accepted request takes longer than a probe that waits in no queue by its queueing only: each of
+    # the three steps may hold it for the budget. Both slow down alike when the machine is busy, so this
+    # holds on a shared CI machine too (the burst's own client adds some: it sends 10x capacity).
+    accepted, probes = _ok(run.burst), _ok(run.probes)
+    assert all(o.ok for o in run.probes)
+    assert percentile(accepted, 50) <= percentile(probes, 50) + 2 * budget_ms
+    assert percentile(accepted, 95) <= percentile(probes, 95) + 3 * budget_ms
     # One second after the burst, service is what it was before it.
-    assert all(o.ok for o in recovered)
-    assert percentile(_ok(recovered), 50) <= 2 * percentile(_ok(idle), 50) + 20
+    assert all(o.ok for o in run.recovered)
+    assert percentile(_ok(run.recovered), 50) <= 2 * percentile(_ok(run.idle), 50) + 20
