@@ -21,6 +21,8 @@ Target = Literal["embedded", "onnxruntime", "tensorrt"]
 Precision = Literal["fp32", "fp16", "int8"]
 NormaliseIn = Literal["graph", "preprocess"]
 CalibrationMethod = Literal["minmax", "entropy", "percentile"]
+Int8Tool = Literal["ort", "modelopt"]
+Int8Float = Literal["auto", "fp16", "fp32"]
 HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
 Device = Literal["cpu", "gpu"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
@@ -75,11 +77,20 @@ class PrecisionOptions:
     int8_exclude: tuple[str, ...] = option((), "--int8-exclude", "extra node names kept in float "
                                            "(the score head always is)", nargs="*", metavar="NODE",
                                            group="precision")
+    int8_tool: Int8Tool = option("ort", "--int8-tool", "what places the INT8 Q/DQ: ort (ONNX Runtime's quantizer "
+                                 "configured like Model Optimizer) or modelopt (NVIDIA Model Optimizer; "
+                                 "pip install '.[int8-modelopt]', brings torch)", group="precision")
+    int8_float: Int8Float = option("auto", "--int8-float", "type of the layers INT8 leaves unquantized (the "
+                                   "head tail stays fp32); auto: fp16, but fp32 for --target onnxruntime, "
+                                   "whose ONNX Runtime before 1.32 truncates FP16 QuantizeLinear on the CPU",
+                                   group="precision")
     fp16_keep: tuple[str, ...] = option((), "--fp16-keep", "extra node names kept in FP32 for --precision fp16",
                                         nargs="*", metavar="NODE", group="precision")
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)
+        if self.int8_tool == "modelopt" and self.calib_method == "percentile":
+            raise SpecError("--int8-tool modelopt calibrates with --calib-method minmax or entropy, not percentile")
 
 
 @dataclass(frozen=True)
