@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 from clients.contract import admin_headers
 from generator.evaluation.reference import ReferencePipeline
 from generator.synthetic import encode, make_scene
+from tests.generator.serving.test_images import progressive, with_repeated_scan
 
 pytestmark = pytest.mark.integration
 
@@ -140,6 +141,13 @@ def _jpeg_declaring(width: int, height: int) -> bytes:
     return real[: marker + 5] + struct.pack(">HH", height, width) + real[marker + 9 :]
 
 
+def _png_over_the_decode_budget() -> bytes:
+    """38 megapixels, inside every size limit; its decode would take far longer than the 250 ms budget."""
+    import cv2
+
+    return cv2.imencode(".png", np.zeros((6200, 6200, 3), np.uint8))[1].tobytes()
+
+
 HOSTILE = {
     "empty": (b"", "empty image"),
     "garbage": (b"this is not an image at all" * 10, "unsupported or unrecognised image format"),
@@ -148,6 +156,8 @@ HOSTILE = {
     "truncated_png": (None, "truncated PNG"),
     "png_bomb_68_bytes": (_png_declaring(50000, 50000), "declares 50000x50000 pixels"),
     "jpeg_bomb_header": (None, "declares 30000x30000 pixels"),
+    "jpeg_scan_bomb": (None, "jpeg image has more than 64 scans, above the limit of 64"),
+    "png_over_decode_budget": (None, "png image of 6200x6200 pixels would take about"),
 }
 
 
@@ -161,6 +171,10 @@ def _hostile_bytes(case: str) -> bytes:
     if case == "truncated_png":
         full = scene_bytes(3, 320, 240, ".png")
         return full[: len(full) // 2]
+    if case == "jpeg_scan_bomb":
+        return with_repeated_scan(progressive(480, 640), 5000)  # libjpeg would decode every copy
+    if case == "png_over_decode_budget":
+        return _png_over_the_decode_budget()
     return _jpeg_declaring(30000, 30000)
 
 
