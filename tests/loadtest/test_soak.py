@@ -63,7 +63,7 @@ def test_soak_samples_the_server_and_every_stub(soak_run, triton_server):
 
 
 def test_soak_traffic_good_images_succeed_and_bad_ones_are_refused(soak_run):
-    result, out = soak_run
+    _, out = soak_run
     traffic = json.loads((out / "summary.json").read_text())["traffic"]
     assert traffic["good"]["ok"] > 50 and traffic["good"]["failed"] == 0
     assert set(traffic["bad"]) == {image.kind for image in bad_images()}
