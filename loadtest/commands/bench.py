@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from ..bench_report import report_lines
 from ..errors import LoadTestError
 from ..images import parse_sizes
 from ..paired import PairedSettings
+from ..report import write_results
 from ..target import Endpoints, address_of, host_of
 
 logger = logging.getLogger(__name__)
@@ -111,10 +111,7 @@ def run(args: argparse.Namespace) -> int:
         results = {"label": args.label, "note": args.note,
                    **run_bench(endpoints, mode, args.repository, settings, paired, Path(tmp))}
     lines = report_lines(results)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{started:%Y-%m-%d}-{args.label}"
-    (args.results_dir / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.results_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    written = write_results(args.results_dir, args.label, started, results, lines)
     print("\n".join(lines))
-    logger.info("wrote %s.json and .md", args.results_dir / stem)
+    logger.info("wrote %s and its .md", written)
     return 0

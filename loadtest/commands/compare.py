@@ -6,7 +6,6 @@ Writes ``<results-dir>/<date>-<label>.json`` and a markdown table beside it (``r
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from datetime import datetime, timezone
@@ -16,6 +15,7 @@ from ..compare import CompareSettings, compare_lines, compare_servers
 from ..errors import LoadTestError
 from ..images import parse_sizes
 from ..machine import machine_info
+from ..report import write_results
 from ..target import address_of
 
 logger = logging.getLogger(__name__)
@@ -58,10 +58,7 @@ def run(args: argparse.Namespace) -> int:
     lines = [f"# Compare {args.label} ({result['started']})", "",
              f"Machine: {machine['cpu_model']}, {machine['usable_cores']} usable cores; load average at start "
              f"{machine['loadavg']}, at end {machine['loadavg_end']}.", "", *compare_lines(result)]
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{started:%Y-%m-%d}-{args.label}"
-    (args.results_dir / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.results_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    written = write_results(args.results_dir, args.label, started, result, lines)
     print("\n".join(lines))
-    logger.info("wrote %s.json and .md", args.results_dir / stem)
+    logger.info("wrote %s and its .md", written)
     return 0
