@@ -1,52 +1,46 @@
-"""Where the server is: ``HOST:PORT`` (optionally with a scheme) to the address tritonclient expects.
+"""Where the server is, for the load tools: ``clients.endpoint`` parses the URL, this adapts its answer.
 
-Kept here rather than borrowed from ``clients`` so Locust workers need only this package and tritonclient.
+The load tools speak plain gRPC/HTTP only (no TLS), report errors as ``LoadTestError`` (the CLI prints one
+line), and find Triton's metrics on the same host as the inference port.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from clients.endpoint import parse_endpoint
+from clients.errors import ClientError
+
 from .errors import LoadTestError
 
-DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
 DEFAULT_METRICS_PORT = 8002
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """One server's three ``host:port`` addresses."""
+
+    grpc: str
+    http: str
+    metrics: str
 
 
 def address_of(url: str, protocol: str) -> str:
     """``grpc://h:p``, ``http://h:p/prefix`` or ``h:p`` -> ``h:p[/prefix]``; a missing port gets the default."""
-    if protocol not in DEFAULT_PORTS:
-        raise LoadTestError(f"unknown protocol {protocol!r}: use grpc or http")
-    text = url.strip()
-    if "://" in text:
-        scheme, _, text = text.partition("://")
-        if scheme.lower() not in ("grpc", "http"):
-            raise LoadTestError(f"unsupported scheme {scheme!r} in {url!r} (TLS is not supported by the load tools)")
-        if scheme.lower() != protocol:
-            raise LoadTestError(f"URL {url!r} says {scheme} but the protocol is {protocol}")
-    host_port, sep, path = text.partition("/")
-    host, port = split_host_port(host_port, DEFAULT_PORTS[protocol], url)
-    if path.strip("/") and protocol == "grpc":
-        raise LoadTestError(f"gRPC URL {url!r} cannot carry a path")
-    return f"{host}:{port}" + (sep + path.strip("/") if path.strip("/") else "")
+    try:
+        endpoint = parse_endpoint(url, protocol)
+    except ClientError as exc:
+        raise LoadTestError(str(exc)) from None
+    if endpoint.ssl:
+        raise LoadTestError(f"{url!r} asks for TLS, which the load tools do not speak: use grpc:// or http://")
+    return endpoint.address
 
 
-def split_host_port(text: str, default_port: int, url: str = "") -> tuple[str, int]:
-    """``h:p``, ``[::1]:p`` or ``h`` -> (host, port)."""
-    if text.startswith("["):
-        end = text.find("]")
-        host, rest = text[: end + 1], text[end + 1 :]
-        port_text = rest.removeprefix(":")
-    else:
-        host, _, port_text = text.partition(":")
-    if not host or host == "[]" or ":" in port_text:
-        raise LoadTestError(f"cannot read HOST:PORT from {url or text!r}")
-    if not port_text:
-        return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise LoadTestError(f"invalid port {port_text!r} in {url or text!r}")
-    return host, int(port_text)
+def host_of(address: str) -> str:
+    """``h:p[/prefix]`` (as returned by ``address_of``) -> ``h``; IPv6 hosts keep their brackets."""
+    return address.split("/", 1)[0].rpartition(":")[0]
 
 
 def default_metrics_url(url: str, protocol: str) -> str:
     """Triton's metrics live on the same host, port 8002 unless told otherwise."""
-    host, _ = split_host_port(address_of(url, protocol).split("/", 1)[0], DEFAULT_PORTS[protocol], url)
-    return f"{host}:{DEFAULT_METRICS_PORT}"
+    return f"{host_of(address_of(url, protocol))}:{DEFAULT_METRICS_PORT}"

@@ -22,15 +22,15 @@ import grpc.experimental.gevent as grpc_gevent
 from locust import User, task
 from locust.env import Environment
 
+from clients.request import image_request
+from generator.serving.contract import NUM_DETECTIONS
+
 from .errors import InferenceFailed
 from .images import DEFAULT_SIZES, build_corpus
 from .report import threshold_breaches
-from .target import address_of
+from .target import address_of, host_of
 
 grpc_gevent.init_gevent()
-
-INPUT_NAME = "IMAGE"
-OUTPUT_NAMES = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
 
 
 def add_locust_arguments(parser: Any) -> None:
@@ -152,12 +152,12 @@ class TritonUser(User):
         )
 
 
-def _check_result(result: Any, max_detections: int | None = None) -> None:
-    count = result.as_numpy("num_detections")
+def _check_result(result: Any) -> None:
+    count = result.as_numpy(NUM_DETECTIONS)
     if count is None or count.size != 1:
-        raise InferenceFailed("response carries no num_detections output")
-    if int(count.reshape(-1)[0]) < 0 or (max_detections is not None and int(count.reshape(-1)[0]) > max_detections):
-        raise InferenceFailed(f"num_detections {int(count.reshape(-1)[0])} out of range")
+        raise InferenceFailed(f"response carries no {NUM_DETECTIONS} output")
+    if int(count.reshape(-1)[0]) < 0:
+        raise InferenceFailed(f"{NUM_DETECTIONS} {int(count.reshape(-1)[0])} out of range")
 
 
 class TritonGrpcUser(TritonUser):
@@ -171,18 +171,14 @@ class TritonGrpcUser(TritonUser):
 
         self._grpc = grpcclient
         self.client = grpcclient.InferenceServerClient(_address(self.host, "grpc"))
-        self._outputs = [grpcclient.InferRequestedOutput(name) for name in OUTPUT_NAMES]
 
     def prepare(self, image: bytes) -> Any:
-        import numpy as np
-
-        tensor = self._grpc.InferInput(INPUT_NAME, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[image]], dtype=np.object_))
-        return tensor
+        return image_request(self._grpc, [image])
 
     def send(self, request: Any) -> int:
+        inputs, outputs = request
         result = self.client.infer(
-            self.settings.model, [request], outputs=self._outputs, client_timeout=self.settings.timeout_s
+            self.settings.model, inputs, outputs=outputs, client_timeout=self.settings.timeout_s
         )
         _check_result(result)
         return int(result.get_response().ByteSize())
@@ -208,20 +204,15 @@ class TritonHttpUser(TritonUser):
         self._http = httpclient
         address = _address(self.host, "http")
         host_port, _, path = address.partition("/")
-        host, _, port = host_port.rpartition(":")
         self._prefix = f"/{path}" if path else ""
         self.client = HTTPClient(
-            host.strip("[]"), int(port), connection_timeout=self.settings.timeout_s,
+            host_of(address).strip("[]"), int(host_port.rpartition(":")[2]), connection_timeout=self.settings.timeout_s,
             network_timeout=self.settings.timeout_s, concurrency=1,
         )
 
     def prepare(self, image: bytes) -> Any:
-        import numpy as np
-
-        tensor = self._http.InferInput(INPUT_NAME, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[image]], dtype=np.object_), binary_data=True)
-        outputs = [self._http.InferRequestedOutput(name, binary_data=True) for name in OUTPUT_NAMES]
-        body, json_size = self._http.InferenceServerClient.generate_request_body([tensor], outputs=outputs)
+        inputs, outputs = image_request(self._http, [image])  # binary tensors: tritonclient.http's default
+        body, json_size = self._http.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
         headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
         return body, headers
 

@@ -1,9 +1,11 @@
+"""The load tools read URLs through ``clients.endpoint``; these are the answers they rely on."""
+
 from __future__ import annotations
 
 import pytest
 
 from loadtest.errors import LoadTestError
-from loadtest.target import address_of, default_metrics_url
+from loadtest.target import address_of, default_metrics_url, host_of
 
 
 @pytest.mark.parametrize(
@@ -28,13 +30,21 @@ def test_addresses(url, protocol, expected):
         ("grpc://h:1/x", "grpc", "cannot carry a path"),
         ("h:99999", "grpc", "invalid port"),
         ("h:abc", "http", "invalid port"),
-        ("https://h:1", "http", "unsupported scheme"),
-        (":8001", "grpc", "HOST:PORT"),
+        ("ftp://h:1", "http", "unsupported URL scheme"),
+        ("https://h:1", "http", "TLS"),
+        ("grpcs://h:1", "grpc", "TLS"),
+        (":8001", "grpc", "no host"),
+        ("h:1", "udp", "unknown protocol"),
     ],
 )
-def test_bad_addresses(url, protocol, message):
+def test_bad_addresses_are_load_test_errors(url, protocol, message):
     with pytest.raises(LoadTestError, match=message):
         address_of(url, protocol)
+
+
+def test_host_keeps_ipv6_brackets_and_drops_the_path():
+    assert host_of("[::1]:8001") == "[::1]"
+    assert host_of("h:80/triton") == "h"
 
 
 def test_metrics_default_to_port_8002_on_the_same_host():
