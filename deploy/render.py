@@ -15,6 +15,7 @@ from deploy import sizing
 from deploy.dashboard import build_dashboard
 from deploy.errors import RenderError
 from deploy.settings import MIN_TRITON_RELEASE, Settings
+from generator.serving.gpu.environment import REQUIREMENTS as GPU_PREPROCESS_REQUIREMENTS
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 DEPLOY_DIR = Path(__file__).parent
@@ -141,6 +142,7 @@ def context(settings: Settings) -> dict[str, Any]:
         "pod_memory_limit_mib": sizing.pod_memory_limit_mib(settings),
         "min_triton_release": MIN_TRITON_RELEASE,
         "python_model_requirements": PYTHON_MODEL_REQUIREMENTS,
+        "gpu_preprocess_requirements": GPU_PREPROCESS_REQUIREMENTS,
         "compose_token": "${TRITON_ADMIN_TOKEN:?set TRITON_ADMIN_TOKEN (see deploy/README.md)}",
         "k8s_token": "$(TRITON_ADMIN_TOKEN)",
         "triton_args": triton_args,

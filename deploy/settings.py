@@ -77,6 +77,11 @@ class Settings:
     python_instances: int = 2
     # Serving cap on one encoded image; bounds the HTTP body and /dev/shm sizing.
     max_image_bytes: int = 4 * 1024 * 1024
+    # GPU profile only (the CPU profile always preprocesses on the CPU): `generator build --preprocess-device`;
+    # "gpu" also installs the project's `gpu` extra into the builder and Triton images.
+    preprocess_device: str = "cpu"
+    # `generator build --nms-in-graph`: NMS inside the detector graph (TensorRT runs it on the GPU).
+    nms_in_graph: bool = False
 
     # --- network ------------------------------------------------------------------------------
     bind_address: str = "127.0.0.1"
@@ -179,6 +184,8 @@ class Settings:
             raise SettingsError(
                 "hpa_min_replicas must be >= 2, or the PodDisruptionBudget blocks every drain"
             )
+        if self.preprocess_device not in ("cpu", "gpu"):
+            raise SettingsError(f"preprocess_device {self.preprocess_device!r} must be 'cpu' or 'gpu'")
         if self.locust_protocol not in ("grpc", "http"):
             raise SettingsError(f"locust_protocol {self.locust_protocol!r} must be 'grpc' or 'http'")
         if Path(self.detector_onnx).is_absolute() or ".." in Path(self.detector_onnx).parts:

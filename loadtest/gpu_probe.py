@@ -57,7 +57,7 @@ DECODERS = (
 # Settings for the whole GPU prepare_batch.
 PREPROCESS = (
     ("hardware", DecoderOptions(backend="hardware")),
-    ("auto", DecoderOptions()),
+    ("auto", DecoderOptions(backend="auto")),
     ("auto adaptive threads=4", DecoderOptions(adaptive_load=True, cpu_threads=4)),
 )
 
@@ -84,8 +84,11 @@ def diff_stats(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 
 
 class Probe:
-    def __init__(self, out: Path) -> None:
+    """Named sections of a device run, each recorded (or its error) and saved as soon as it ends."""
+
+    def __init__(self, out: Path, filename: str = "probe.json") -> None:
         self.out = out
+        self.path = out / filename
         self.results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
     def section(self, name: str, body: Callable[[], Any]) -> None:
@@ -95,7 +98,10 @@ class Probe:
         except Exception as exc:  # noqa: BLE001 -- record and go on: one section must not cost the rest
             self.results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
         print(f"== {name}: {time.perf_counter() - start:.1f} s", flush=True)
-        (self.out / "probe.json").write_text(json.dumps(self.results, indent=1, default=str))
+        self.save()
+
+    def save(self) -> None:
+        self.path.write_text(json.dumps(self.results, indent=1, default=str))
 
 
 def environment() -> dict[str, Any]:
@@ -465,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe.section("pixel_agreement", lambda: pixel_agreement(jpegs))
     probe.section("device_tests", lambda: device_tests(args.out))
     probe.results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    (args.out / "probe.json").write_text(json.dumps(probe.results, indent=1, default=str))
+    probe.save()
     print(json.dumps({k: probe.results.get(k) for k in ("decode_throughput", "prepare_batch_throughput")},
                      indent=None, default=str)[:6000])
     return 0

@@ -5,8 +5,8 @@
 set -eu
 target="${1:-tensorrt}"
 case "$target" in
-  tensorrt) precision=fp16 ;;
-  onnxruntime) precision=fp32 ;;
+  tensorrt) precision=fp16 preprocess=cpu ;;
+  onnxruntime) precision=fp32 preprocess=cpu ;;
   *) echo "build-models.sh: target must be tensorrt or onnxruntime, got '$target'" >&2; exit 2 ;;
 esac
 
@@ -26,7 +26,8 @@ python3 -m generator build \
   --triton-image nvcr.io/nvidia/tritonserver:26.08-py3 \
   --max-detections 100 \
   --max-image-bytes 4194304 \
-  --instances 2 2 2
+  --instances 2 2 2 \
+  --preprocess-device "$preprocess"
 
 # Refuse to hand Triton a repository that would not load here.
 python3 -m generator check /models

@@ -27,6 +27,8 @@ HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"
 Device = Literal["cpu", "gpu"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
+# TensorRT's TopK takes K below 3840 (onnx-tensorrt operators.md); the in-graph NMS keeps max_det by TopK.
+NMS_IN_GRAPH_MAX_DETECTIONS = 3839
 # Triton model names become directory names and pbtxt strings: keep them boring.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
@@ -176,6 +178,15 @@ class BuildOptions:
     normalise_in: NormaliseIn = option("graph", "--normalise-in", "graph: uint8 images between steps, "
                                        "normalisation fused into the detector; preprocess: float tensors from "
                                        "the Python step (slower, for comparison)")
+    # "gpu": the preprocess instances run on the GPU (nvImageCodec decode, CuPy letterbox) and hand the detector a
+    # GPU tensor (generator.serving.gpu); needs the `gpu` extra where Triton runs.
+    preprocess_device: Device = option("cpu", "--preprocess-device", "gpu: decode JPEGs in batches with "
+                                                 "nvImageCodec and letterbox on the GPU; the detector gets a GPU "
+                                                 "tensor (needs pip install '.[gpu]' where Triton runs)")
+    # NMS as ONNX NonMaxSuppression at the end of the detector graph (generator.builder.graph.nms): TensorRT runs it
+    # on the GPU, ONNX Runtime on the CPU; the Python nms step then only maps boxes back.
+    nms_in_graph: bool = option(False, "--nms-in-graph", "run class-aware NMS inside the detector graph (ONNX "
+                                "NonMaxSuppression, padded to --max-detections); the nms step only maps boxes back")
     reduce_head: bool = option(True, "--no-reduce-head", "v8 heads: serve the full [N, 4+nc, A] head instead "
                                "of fusing the per-anchor class max/arg-max into the detector graph", negate=True)
     # No waiting by default: on a busy CPU requests queue up behind the running batch anyway, and a
@@ -210,6 +221,10 @@ class BuildOptions:
         for flag, value in (("--conf-threshold", self.conf_threshold), ("--iou-threshold", self.iou_threshold)):
             if math.isnan(value):
                 raise SpecError(f"{flag} must be a number, got nan")
+        if self.nms_in_graph and self.max_detections > NMS_IN_GRAPH_MAX_DETECTIONS:
+            raise SpecError(f"--nms-in-graph keeps at most {NMS_IN_GRAPH_MAX_DETECTIONS} detections per image "
+                            f"(TensorRT's TopK limit), not {self.max_detections}; lower --max-detections or drop "
+                            "--nms-in-graph")
         self._check_target_fields()
 
     def _check_target_fields(self) -> None:

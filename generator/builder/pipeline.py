@@ -24,6 +24,7 @@ from generator.builder.config.load_rules import check_repository
 from generator.builder.config.model_io import ModelIO, onnxruntime_io
 from generator.builder.config.render import render_models
 from generator.builder.declarations import to_flags, to_record
+from generator.builder.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings, add_nms
 from generator.builder.graph.prefix import SERVED_INPUT, add_normalisation_prefix
 from generator.builder.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
 from generator.builder.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
@@ -32,6 +33,8 @@ from generator.builder.repository import MARKER as MANIFEST_NAME
 from generator.builder.repository import write_repository
 from generator.builder.service_time import ServiceTime, measure_service_time
 from generator.demo import DEMO_ONNX
+from generator.serving.contract import GRAPH_NMS_LAYOUT
+from generator.serving.gpu.environment import record as preprocess_record
 
 logger = logging.getLogger(__name__)
 _STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
@@ -66,17 +69,27 @@ def reduced_info(info: DetectorInfo) -> DetectorInfo:
     return dataclasses.replace(info, output=output, layout="v8_reduced")
 
 
-def _python_step_files(model: str, source: str) -> dict[str, bytes]:
-    """model.py plus the shared helpers and the pure pipeline package, copied next to it."""
+def nms_info(info: DetectorInfo, options: BuildOptions) -> DetectorInfo:
+    """Describe a detector whose served graph ends with NMS: padded [N, max_det, 6] rows out."""
+    output = TensorInfo(NMS_OUTPUT, TensorProto.FLOAT, (info.output.shape[0], options.max_detections, NMS_ROWS))
+    return dataclasses.replace(info, output=output, layout=GRAPH_NMS_LAYOUT)
+
+
+def _python_step_files(model: str, source: str, gpu: bool = False) -> dict[str, bytes]:
+    """model.py plus the shared helpers and the pure pipeline package (and ``gpu/`` if asked), copied next to it."""
     models = resources.files("generator.serving.models")
     pipeline = resources.files("generator.serving")
     files = {
         f"{model}/1/model.py": models.joinpath(source).read_bytes(),
         f"{model}/1/ensemble_common.py": models.joinpath("ensemble_common.py").read_bytes(),
     }
-    for entry in pipeline.iterdir():
-        if entry.name.endswith(".py"):
-            files[f"{model}/1/ensemble_pipeline/{entry.name}"] = entry.read_bytes()
+    packages = [(pipeline, "ensemble_pipeline")]
+    if gpu:
+        packages.append((pipeline.joinpath("gpu"), "ensemble_pipeline/gpu"))
+    for package, folder in packages:
+        for entry in package.iterdir():
+            if entry.name.endswith(".py"):
+                files[f"{model}/1/{folder}/{entry.name}"] = entry.read_bytes()
     return files
 
 
@@ -160,13 +173,15 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
             "detector": {
                 "layout": info.layout,
                 "served_layout": served_layout,
-                "reduce_head": served_layout == "v8_reduced",
+                "reduce_head": options.reduce_head and info.layout == "v8",
                 "image_size": list(info.image_size),
                 "static_batch": info.static_batch,
                 "class_names": list(info.class_names),
                 "normalise_in": options.normalise_in,
                 "reduced_decode": options.reduced_decode,
+                "nms_in_graph": options.nms_in_graph,
             },
+            "preprocess": preprocess_record(options.preprocess_device),
             "precision_facts": precision_facts,
             "admission": admission_record(options, service),
             "options": to_record(options),
@@ -199,6 +214,16 @@ def _served_graph(model: onnx.ModelProto, info: DetectorInfo, options: BuildOpti
     if options.reduce_head and info.layout == "v8":
         served, info_served = add_class_reduction(served), reduced_info(info_served)
     return served, info_served
+
+
+def _with_nms(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions
+              ) -> tuple[onnx.ModelProto, DetectorInfo]:
+    """Append NMS to the served graph when ``--nms-in-graph`` asks for it (after the accuracy gate's graph)."""
+    if not options.nms_in_graph:
+        return served, info_served
+    settings = NmsSettings(options.conf_threshold, options.iou_threshold, options.max_detections,
+                           info_served.num_classes)
+    return add_nms(served, info_served.layout, settings), nms_info(info_served, options)
 
 
 @dataclass(frozen=True)
@@ -243,7 +268,8 @@ def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: Det
     files[f"{options.name}/1/.keep"] = b""  # an ensemble still needs a version folder
     for step, source in _STEP_SOURCES.items():
         if step != "detector" or options.target == "embedded":
-            files.update(_python_step_files(names[step], source))
+            gpu = step == "preprocess" and options.preprocess_device == "gpu"
+            files.update(_python_step_files(names[step], source, gpu=gpu))
     return files, tuple(rendered)
 
 
@@ -273,7 +299,10 @@ def build_repository(
 
             precision_transform = make_precision_transform(options.calibration)
         model, precision_facts = precision_transform(model, info, options)
-    served, info_served = _served_graph(model, info, options)
+    gated, info_gated = _served_graph(model, info, options)
+    # The gate measures the graph before NMS: it compares scores at its own low threshold, and the NMS suffix
+    # is exact float32 selection whatever the precision (tests hold it to the Python step).
+    served, info_served = _with_nms(gated, info_gated, options)
     service = measure_service_time(served, info_served, options)
     if warning := budget_warning(options.max_queue_ms, service.batch_ms):
         logger.warning("%s", warning)
@@ -285,7 +314,7 @@ def build_repository(
     check_repository(files, backend_io, set(detector.pending))
     validated = options.precision != "fp32" and options.gate.enabled
     if validated:
-        files.update(_run_gate(onnx_path, served, info, info_served.layout, options))
+        files.update(_run_gate(onnx_path, gated, info, info_gated.layout, options))
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
                          validated, detector.plan, service)
     files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()

@@ -52,6 +52,11 @@ def run(args: argparse.Namespace) -> int:
 
         machine = machine_facts()
     mismatches = compare(manifest, machine, repository)
+    if not args.files_only:
+        from generator.builder.manifest import Mismatch
+        from generator.serving.gpu.environment import manifest_problems
+
+        mismatches += [Mismatch("gpu_preprocess", "preprocess", p) for p in manifest_problems(manifest.extra)]
     for mismatch in mismatches:
         print(f"mismatch: {mismatch.message}", file=sys.stderr)
     flags = server_flags(manifest)

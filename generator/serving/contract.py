@@ -27,8 +27,10 @@ LETTERBOX_FIELDS = ("pad_x", "pad_y", "gain_x", "gain_y", "source_width", "sourc
 # Composing models are "<ensemble>_<step>".
 STEPS = ("preprocess", "detector", "nms")
 
-# Head layouts the NMS step decodes; carried in its config, never inferred from a shape.
-LAYOUTS = ("v8", "v8_reduced", "v5", "end2end")
+# Head layouts the NMS step decodes; carried in its config, never inferred from a shape. ``graph_nms``: the
+# detector graph ran NMS itself (--nms-in-graph) and sends [N, max_det, 6] padded rows, like ``end2end``.
+GRAPH_NMS_LAYOUT = "graph_nms"
+LAYOUTS = ("v8", "v8_reduced", "v5", "end2end", GRAPH_NMS_LAYOUT)
 
 # Config parameters.
 CLASS_NAMES_PARAMETER = "class_names"  # ensemble: JSON list of class names

@@ -7,6 +7,8 @@ Supported head layouts (batch first):
   [N, 6, A] is also a genuine two-class v8 head.
 - ``v5``: [N, A, 5 + nc] -- cx, cy, w, h, objectness, per-class scores (YOLOv5/v7).
 - ``end2end``: [N, K, 6] -- x1, y1, x2, y2, score, class; already NMS-free (YOLOv10/26 end-to-end).
+- ``graph_nms``: [N, max_det, 6] -- the same rows from a served graph that ran NMS itself
+  (generator.builder.graph.nms), sorted by score, zero rows past each image's count.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .contract import LAYOUTS
 from .letterbox import boxes_to_source
 
-LAYOUTS = ("v8", "v8_reduced", "v5", "end2end")
+# Rows already suppressed: x1, y1, x2, y2, score, class.
+_NMS_FREE = ("end2end", "graph_nms")
 # Candidates kept per image before NMS; bounds the work on images with thousands of weak boxes.
 MAX_CANDIDATES = 4096
 # Far beyond any network input (at most 8192 px); coordinates past it are garbage from a broken head.
@@ -160,7 +164,7 @@ def postprocess(
         image_idx, cand_boxes = image_idx[top], cand_boxes[top]
         cand_scores, cand_classes = cand_scores[top], cand_classes[top]
 
-    if layout == "end2end":
+    if layout in _NMS_FREE:
         kept = np.lexsort((-cand_scores, image_idx))  # already suppressed by the model
     else:
         num_classes = int(cand_classes.max()) + 1 if len(cand_classes) else 1

@@ -459,8 +459,10 @@ def model_violations(config: mc.ModelConfig, directory: str, files: Mapping[str,
         problems += list(_onnxruntime_rules(config, io))
     if config.platform == "tensorrt_plan" and io is not None:
         problems += list(_tensorrt_rules(config, io))
-    if config.backend == "python" and any(g.kind == Kind.KIND_GPU for g in config.instance_group):
-        # ours: KIND_GPU Python instances need a GPU server; every step here runs on the CPU.
+    gpu_preprocess = config.parameters["preprocess_device"].string_value == "gpu"  # --preprocess-device gpu
+    if config.backend == "python" and any(g.kind == Kind.KIND_GPU for g in config.instance_group) \
+            and not gpu_preprocess:
+        # ours: KIND_GPU Python instances need a GPU server; every step but the GPU preprocess runs on the CPU.
         problems.append("Python-backend steps run on the CPU: use KIND_CPU")
     return [Violation(config.name or directory, p) for p in problems]
 

@@ -122,6 +122,7 @@ def _preprocess_context(info: DetectorInfo, options: BuildOptions, io: DetectorI
     limits = options.limits
     return {
         **batching,
+        **preprocess_placement(options),
         "name": options.model_names["preprocess"],
         "max_batch_size": options.max_batch,
         "image_dtype": io.input.data_type,
@@ -135,9 +136,21 @@ def _preprocess_context(info: DetectorInfo, options: BuildOptions, io: DetectorI
             "max_image_side": str(limits.max_side),
             "reduced_decode": "true" if options.reduced_decode else "false",
             "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
+            **({"preprocess_device": "gpu"} if options.preprocess_device == "gpu" else {}),
             **parameters,
         },
     }
+
+
+def preprocess_placement(options: BuildOptions) -> dict[str, str]:
+    """``--preprocess-device gpu`` puts the preprocess instances on the GPU (KIND_GPU: ``count`` on each GPU).
+
+    Its IMAGE input is BYTES, which the Python backend always hands over in CPU memory; its PREPROCESSED output
+    is a device tensor (DLPack). A TensorRT detector (KIND_GPU) reads it in place; a Python-backend detector or
+    NMS step keeps the default FORCE_CPU_ONLY_INPUT_TENSORS "yes" and gets it copied to the host by Triton
+    (python_backend README, "Input Tensor Device Placement").
+    """
+    return {"instance_kind": "KIND_GPU"} if options.preprocess_device == "gpu" else {}
 
 
 def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, parameters: dict[str, str],

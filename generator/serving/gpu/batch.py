@@ -30,7 +30,7 @@ from .decode import DecodedImage, DecoderOptions, GpuJpegDecoder
 from .geometry import SIMD_LANES, ImagePlan, plan_image
 from .letterbox import GpuLetterbox
 from .routing import gpu_decodable, jpeg_frame, upright_size
-from .runtime import import_cupy
+from .runtime import GpuUnavailableError, import_cupy
 
 # Why an image went to the CPU path (GpuPreparedBatch.cpu_path).
 NOT_GPU_FORMAT = "format"  # not a JPEG the GPU decoders take (see routing.gpu_decodable)
@@ -128,6 +128,19 @@ class GpuPreprocessor:
         self.limits = limits
         self.reduced_decode = reduced_decode
         self.parts = parts if parts is not None else DeviceParts.cupy(decoder, lanes)
+
+    @classmethod
+    def on_device(cls, device_id: int, target: tuple[int, int], limits: ImageLimits = DEFAULT_LIMITS,
+                  reduced_decode: bool = True) -> GpuPreprocessor:
+        """A preprocessor for one Triton instance of KIND_GPU: CuPy and the decoder both on ``device_id``.
+
+        The device becomes this thread's current CuPy device, so the output batches are allocated there.
+        """
+        import_cupy().cuda.Device(device_id).use()
+        try:
+            return cls(target, limits, reduced_decode, DecoderOptions(device_id=device_id))
+        except GpuUnavailableError:  # no hardware JPEG engine on this GPU: nvJPEG's CUDA decoder instead
+            return cls(target, limits, reduced_decode, DecoderOptions(device_id=device_id, backend="cuda"))
 
     def prepare_batch(self, encoded: Sequence[bytes]) -> GpuPreparedBatch:
         xp = self.parts.xp

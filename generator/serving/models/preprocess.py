@@ -1,8 +1,15 @@
-"""Triton model: decode, validate and letterbox encoded images, one batch for all queued requests."""
+"""Triton model: decode, validate and letterbox encoded images, one batch for all queued requests.
+
+With the ``preprocess_device`` parameter "gpu" (``--preprocess-device gpu``, instances of KIND_GPU) JPEGs are
+decoded in batches by nvImageCodec and letterboxed by CuPy on this instance's GPU (``ensemble_pipeline.gpu``), and
+the PREPROCESSED output leaves as a device tensor through DLPack; every check, fallback and message is the CPU
+path's.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ensemble_pipeline.contract import (
@@ -42,6 +49,24 @@ class TritonPythonModel:
         self.reduced_decode = params["reduced_decode"] == "true"
         # uint8: letterboxed BGR NHWC, normalised inside the detector graph; otherwise float NCHW RGB /255.
         self.output_dtype = np.dtype(params["output_dtype"])
+        self.prepare: Callable[[list[bytes]], Any] = self._prepare_on_cpu
+        self.to_float: Callable[[Any, np.dtype], Any] = to_float_nchw
+        self.images_tensor: Callable[[str, Any], Any] = self._host_tensor
+        if params.get("preprocess_device", "cpu") == "gpu":
+            from ensemble_pipeline.gpu import GpuPreprocessor
+            from ensemble_pipeline.gpu import to_float_nchw as to_float_on_gpu
+
+            gpu = GpuPreprocessor.on_device(int(args["model_instance_device_id"]), self.target, self.limits,
+                                            self.reduced_decode)
+            self.prepare, self.to_float = gpu.prepare_batch, to_float_on_gpu
+            self.images_tensor = pb_utils.Tensor.from_dlpack  # stays on the GPU: the detector reads it there
+
+    def _prepare_on_cpu(self, encoded: list[bytes]) -> Any:
+        return prepare_batch(encoded, self.target, self.limits, self.reduced_decode)
+
+    @staticmethod
+    def _host_tensor(name: str, array: np.ndarray) -> Any:
+        return pb_utils.Tensor(name, np.ascontiguousarray(array))
 
     @staticmethod
     def _decode_budget(max_ms: float) -> DecodeBudget | None:
@@ -66,7 +91,7 @@ class TritonPythonModel:
             items = pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy().reshape(-1)
             bounds.append((len(encoded), len(encoded) + len(items)))
             encoded.extend(bytes(item) for item in items)
-        batch = prepare_batch(encoded, self.target, self.limits, self.reduced_decode)
+        batch = self.prepare(encoded)
         slot_of = {position: slot for slot, position in enumerate(batch.index)}
 
         responses = []
@@ -82,9 +107,9 @@ class TritonPythonModel:
             slots = slice(slot_of[start], slot_of[stop - 1] + 1) if stop > start else slice(0, 0)
             images = batch.images[slots]
             if self.output_dtype != np.uint8:
-                images = to_float_nchw(images, self.output_dtype)
+                images = self.to_float(images, self.output_dtype)
             responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor(PREPROCESSED, np.ascontiguousarray(images)),
+                self.images_tensor(PREPROCESSED, images),
                 pb_utils.Tensor(LETTERBOX, np.ascontiguousarray(batch.letterbox[slots])),
             ]))
         return responses

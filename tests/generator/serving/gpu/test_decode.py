@@ -92,7 +92,7 @@ class FakeNvimgcodec:
     # nvJPEG's CUDA decoder is filed under HYBRID_CPU_GPU: GPU_ONLY finds no JPEG decoder (seen on the H200).
     (DecoderOptions(backend="cuda"), [("HYBRID_CPU_GPU", 1.0, "FIXED")], ":fancy_upsampling=1"),
     (DecoderOptions(backend="hardware", fancy_upsampling=False), [("HW_GPU_ONLY", 1.0, "FIXED")], ""),
-    (DecoderOptions(hardware_load=0.7, adaptive_load=True, gpu_huffman=True),
+    (DecoderOptions(backend="auto", hardware_load=0.7, adaptive_load=True, gpu_huffman=True),
      [("HW_GPU_ONLY", 0.7, "ADAPTIVE_MINIMIZE_IDLE_TIME"), ("HYBRID_CPU_GPU", 1.0, "FIXED")],
      ":fancy_upsampling=1 nvjpeg_cuda_decoder:hybrid_huffman_threshold=0"),
 ])
