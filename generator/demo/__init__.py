@@ -1,6 +1,6 @@
 """The bundled demo detector: a tiny YOLO-style model trained on ``generator.synthetic`` scenes.
 
-``demo_detector.onnx`` is committed; ``train.py`` (needs the optional ``torch`` dependency) rebuilds it and
+``demo_detector.onnx`` is committed; ``training/train.py`` (needs the optional ``torch`` dependency) rebuilds it and
 ``evaluate.py`` measures it with COCO mAP through the production reference pipeline.
 """
 

@@ -1,6 +1,6 @@
 """Train the bundled demo detector on synthetic scenes and export it (needs the optional ``torch``).
 
-    python -m generator.demo.train --out generator/demo/demo_detector.onnx
+    python -m generator.demo.training.train --out generator/demo/demo_detector.onnx
 
 Every sample is a fresh ``generator.synthetic`` scene pushed through the production preprocessing
 (JPEG encode, ``generator.pipeline`` decode + letterbox into 320x320, RGB, /255), so the model never sees
@@ -100,9 +100,9 @@ def train(out: Path, cfg: TrainConfig) -> Path:
 
     import torch
 
-    from generator.demo.export import export_onnx
-    from generator.demo.loss import DetectionLoss
-    from generator.demo.model import TinyYolo
+    from generator.demo.training.export import export_onnx
+    from generator.demo.training.loss import DetectionLoss
+    from generator.demo.training.model import TinyYolo
 
     steps, batch_size, lr, seed, log_every, snapshot_every = (
         cfg.steps,
@@ -192,8 +192,8 @@ def train(out: Path, cfg: TrainConfig) -> Path:
 def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     import torch
 
-    from generator.demo.export import export_onnx
-    from generator.demo.model import TinyYolo
+    from generator.demo.training.export import export_onnx
+    from generator.demo.training.model import TinyYolo
 
     model = TinyYolo(len(CLASS_NAMES), INPUT_SIZE)
     model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True)["model"])
@@ -202,7 +202,7 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m generator.demo.train", description=__doc__.splitlines()[0]
+        prog="python -m generator.demo.training.train", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", type=Path, required=True, help="ONNX file to write")
     defaults = TrainConfig()
