@@ -7,4 +7,4 @@
 from pathlib import Path
 
 DEMO_ONNX = Path(__file__).with_name("demo_detector.onnx")
-INPUT_SIZE = 320
+INPUT_SIZE = 640
