@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from clients._errors_map import translate_error
-from clients.detection import INPUT_NAME, OUTPUT_NAMES, as_batch_array
+from clients.detection import OUTPUT_NAMES
 from clients.endpoint import Endpoint
 from clients.errors import ClientError
+from clients.request import image_request
 
 
 class AsyncTransport:
@@ -71,13 +72,8 @@ class AsyncTransport:
     async def infer(self, model: str, images: Sequence[bytes], batched: bool) -> dict[str, np.ndarray]:
         """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching."""
         self._get_client()
-        data = as_batch_array(images)
-        if not batched:
-            data = data.reshape(-1)
-        tensor = self._module.InferInput(INPUT_NAME, list(data.shape), "BYTES")
-        tensor.set_data_from_numpy(data)
-        outputs = [self._module.InferRequestedOutput(name) for name in OUTPUT_NAMES]
-        result = await self._call("infer", model, [tensor], outputs=outputs)
+        inputs, outputs = image_request(self._module, images, batched)
+        result = await self._call("infer", model, inputs, outputs=outputs)
         return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
 
     async def model_config(self, model: str) -> dict[str, Any]:

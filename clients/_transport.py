@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from clients._errors_map import translate_error
-from clients.detection import INPUT_NAME, OUTPUT_NAMES, as_batch_array
+from clients.detection import OUTPUT_NAMES
 from clients.endpoint import Endpoint
 from clients.errors import ClientError
+from clients.request import image_request
 
 
 class SyncTransport:
@@ -55,14 +56,9 @@ class SyncTransport:
 
     def infer(self, model: str, images: Sequence[bytes], batched: bool) -> dict[str, np.ndarray]:
         """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching."""
-        data = as_batch_array(images)
-        if not batched:
-            data = data.reshape(-1)
-        tensor = self._module.InferInput(INPUT_NAME, list(data.shape), "BYTES")
-        tensor.set_data_from_numpy(data)
-        outputs = [self._module.InferRequestedOutput(name) for name in OUTPUT_NAMES]
+        inputs, outputs = image_request(self._module, images, batched)
         try:
-            result = self._client.infer(model, [tensor], outputs=outputs, **self._timeout_kwargs())
+            result = self._client.infer(model, inputs, outputs=outputs, **self._timeout_kwargs())
             return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
         except Exception as exc:
             raise translate_error(exc, self.endpoint, self.timeout_s) from exc

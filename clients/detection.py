@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from clients.errors import ClientError
+from generator.serving.contract import (
+    BOXES,
+    CLASS_NAMES_PARAMETER,
+    CLASSES,
+    IMAGE,
+    NUM_DETECTIONS,
+    OUTPUTS,
+    SCORES,
+)
 
-OUTPUT_NAMES = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
-INPUT_NAME = "IMAGE"
+OUTPUT_NAMES = OUTPUTS
+INPUT_NAME = IMAGE
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,7 @@ def model_info_from_config(name: str, config: Mapping[str, Any]) -> ModelInfo:
     if "config" in config and isinstance(config["config"], Mapping):
         config = config["config"]
     max_batch = int(config.get("max_batch_size", 0) or 0)
-    raw = config.get("parameters", {}).get("class_names", {}).get("string_value")
+    raw = config.get("parameters", {}).get(CLASS_NAMES_PARAMETER, {}).get("string_value")
     if raw is None:
         return ModelInfo(name=name, max_batch_size=max_batch, class_names=())
     try:
@@ -102,11 +111,11 @@ def decode_outputs(outputs: Mapping[str, np.ndarray], info: ModelInfo) -> list[D
     missing = [n for n in OUTPUT_NAMES if outputs.get(n) is None]
     if missing:
         raise ClientError(f"model {info.name!r} response lacks output(s) {', '.join(missing)}")
-    num = np.asarray(outputs["num_detections"]).reshape(-1)
+    num = np.asarray(outputs[NUM_DETECTIONS]).reshape(-1)
     batch = num.shape[0]
-    boxes = np.asarray(outputs["detection_boxes"], dtype=np.float32)
-    scores = np.asarray(outputs["detection_scores"], dtype=np.float32)
-    classes = np.asarray(outputs["detection_classes"])
+    boxes = np.asarray(outputs[BOXES], dtype=np.float32)
+    scores = np.asarray(outputs[SCORES], dtype=np.float32)
+    classes = np.asarray(outputs[CLASSES])
     if boxes.ndim == 2 and batch == 1:  # unbatched model: add the batch axis back
         boxes, scores, classes = boxes[None], scores[None], classes[None]
     max_det = boxes.shape[1] if boxes.ndim == 3 else -1
@@ -145,11 +154,3 @@ def split_batches(count: int, max_batch_size: int) -> list[range]:
     """Index ranges of at most `max_batch_size` items (a model without batching takes one at a time)."""
     step = max(1, max_batch_size)
     return [range(start, min(start + step, count)) for start in range(0, count, step)]
-
-
-def as_batch_array(images: Sequence[bytes]) -> np.ndarray:
-    """Shape [N, 1] object array of encoded images, the ensemble's BYTES input."""
-    array = np.empty((len(images), 1), dtype=np.object_)
-    for i, data in enumerate(images):
-        array[i, 0] = data
-    return array

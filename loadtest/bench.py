@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import LoadTestError, RunError
 from .images import synthetic_images
-from .metrics import settled_snapshot, stage_deltas
+from .metrics import snapshot, stage_deltas
 from .report import LatencyPoint, point_from_latencies
 
 OUTPUT_NAMES = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
@@ -101,7 +101,8 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     import numpy as np
     from tritonclient.grpc import model_config_pb2
 
-    from generator.pipeline.batch import prepare_batch, to_float_nchw
+    from generator.serving.batch import prepare_batch, to_float_nchw
+    from generator.serving.runner import session_threads
 
     config = _detector_config(repository, model)
     params = {k: v.string_value for k, v in config.parameters.items()}
@@ -116,18 +117,19 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     baseline = "served graph"
     source = _source_onnx(repository)
     if source is not None:
-        from generator.onnx_inspect import inspect_onnx
+        from generator.builder.onnx_inspect import inspect_onnx
 
         onnx_path, baseline = source, "exported source ONNX (float NCHW input)"
         prepared = to_float_nchw(prepared, np.dtype(inspect_onnx(source, (height, width)).input.numpy_dtype))
     elif tensor.data_type != model_config_pb2.TYPE_UINT8:  # the detector wants float NCHW RGB /255
         dtype = np.float16 if tensor.data_type == model_config_pb2.TYPE_FP16 else np.float32
         prepared = to_float_nchw(prepared, dtype)
+    instances = sum(group.count for group in config.instance_group) or 1
     return ServedDetector(
         onnx=onnx_path,
         baseline=baseline,
-        intra_op_threads=int(params.get("intra_op_threads", "0")),
-        instances=sum(group.count for group in config.instance_group) or 1,
+        intra_op_threads=session_threads(int(params.get("intra_op_threads", "0")), instances),
+        instances=instances,
         max_batch=max(config.max_batch_size, 1),
         input_dims=dims,
         prepared=prepared,
@@ -139,7 +141,7 @@ def raw_detector(repository: Path, model: str, images: list[bytes], iterations: 
     """Time the served detector ONNX in this process on letterboxed inputs, as the detector step gets them."""
     import numpy as np
 
-    from generator.pipeline.runner import OnnxRunner
+    from generator.serving.runner import OnnxRunner
 
     detector = served_detector(repository, model, images)
     if isinstance(detector, str):
@@ -283,12 +285,12 @@ def ensemble_cells(endpoints: Endpoints, settings: BenchSettings,
                 before: dict[str, Any] = {}
 
                 def scrape_start(store: dict[str, Any] = before) -> None:
-                    store["snapshot"] = settled_snapshot(endpoints.metrics)  # warm-up runs counted first
+                    store["snapshot"] = snapshot(endpoints.metrics)  # warm-up runs counted first
 
                 latencies, failures, elapsed, errors = closed_loop(
                     make, images, concurrency, settings.duration_s, settings.warmup_requests, scrape_start
                 )
-                stages = stage_deltas(before["snapshot"], settled_snapshot(endpoints.metrics))
+                stages = stage_deltas(before["snapshot"], snapshot(endpoints.metrics))
                 label = f"{protocol} {width}x{height}"
                 point = point_from_latencies("bench", concurrency, latencies, failures, elapsed, label)
                 cells.append({

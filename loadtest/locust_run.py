@@ -22,7 +22,7 @@ from typing import Any, Literal
 from .cpu import CpuMonitor, CpuReport
 from .errors import LoadTestError, MetricsError, RunError
 from .images import DEFAULT_SIZES, parse_sizes
-from .metrics import Snapshot, settled_snapshot, snapshot, stage_deltas, stages_table
+from .metrics import Snapshot, snapshot, stage_deltas, stages_table
 from .report import LatencyPoint, threshold_breaches
 from .target import address_of, default_metrics_url
 
@@ -139,9 +139,9 @@ def run_worker(run: LocustRun) -> int:
     return subprocess.call(locust_command(run, "worker"), env=child_environment())
 
 
-def _try_snapshot(url: str, problems: list[str], settle: bool = False) -> Snapshot | None:
+def _try_snapshot(url: str, problems: list[str]) -> Snapshot | None:
     try:
-        return settled_snapshot(url) if settle else snapshot(url)
+        return snapshot(url)
     except MetricsError as exc:
         problems.append(str(exc))
         return None
@@ -227,7 +227,7 @@ def execute(run: LocustRun) -> tuple[dict[str, Any], int]:
                 except subprocess.TimeoutExpired:
                     worker.kill()
                     worker.wait()
-    after = _try_snapshot(metrics_url, problems, settle=True) if before is not None else None
+    after = _try_snapshot(metrics_url, problems) if before is not None else None
     runinfo_path = run.out / "runinfo.json"
     if not runinfo_path.exists():
         raise RunError(f"Locust exited with code {code} without results; last log lines:\n{_tail(log_path)}")

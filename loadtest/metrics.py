@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -32,13 +31,6 @@ COUNTERS = (
     "nv_inference_compute_infer_duration_us",
     "nv_inference_compute_output_duration_us",
 )
-# The embedded detector's runs by session: "alone" (every core, spinning) or "shared" (see
-# generator/pipeline/activity.py); kept per session as "<name>:<session>". The detector publishes them
-# in bulk once idle for 0.1 s (at least every second), so a snapshot that bounds a measurement window
-# waits for them: settled_snapshot.
-DETECTOR_RUNS = "ensemble_detector_runs_total"
-DETECTOR_SESSIONS = ("alone", "shared")
-PUBLISH_LAG_S = 0.4
 
 
 @dataclass(frozen=True)
@@ -81,14 +73,10 @@ def model_counters(samples: list[Sample]) -> Snapshot:
         model = sample.labels.get("model")
         if model is None or math.isnan(sample.value):
             continue
-        if sample.name in COUNTERS:
-            key = sample.name
-        elif sample.name == DETECTOR_RUNS and sample.labels.get("session") in DETECTOR_SESSIONS:
-            key = f"{DETECTOR_RUNS}:{sample.labels['session']}"
-        else:
+        if sample.name not in COUNTERS:
             continue
         counters = snapshot.setdefault(model, dict.fromkeys(COUNTERS, 0.0))
-        counters[key] = counters.get(key, 0.0) + sample.value
+        counters[sample.name] += sample.value
     return snapshot
 
 
@@ -108,12 +96,6 @@ def snapshot(metrics_url: str) -> Snapshot:
     return model_counters(parse_prometheus(scrape(metrics_url)))
 
 
-def settled_snapshot(metrics_url: str) -> Snapshot:
-    """A snapshot taken after the Python steps have published what they counted (load just stopped)."""
-    time.sleep(PUBLISH_LAG_S)
-    return snapshot(metrics_url)
-
-
 @dataclass(frozen=True)
 class StageStats:
     """What one model did between two snapshots; times are average microseconds per successful request."""
@@ -128,9 +110,6 @@ class StageStats:
     compute_input_us: float | None
     compute_infer_us: float | None
     compute_output_us: float | None
-    # Embedded detector only: runs on the every-core session (nothing else running) and the shared one.
-    runs_alone: int | None = None
-    runs_shared: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,8 +126,6 @@ def stage_deltas(before: Snapshot, after: Snapshot) -> dict[str, StageStats]:
         start = before.get(model, dict.fromkeys(COUNTERS, 0.0))
         d = {name: end[name] - start.get(name, 0.0) for name in COUNTERS}
         ok = d["nv_inference_request_success"]
-        runs = {session: int(end[key] - start.get(key, 0.0)) for session in DETECTOR_SESSIONS
-                if (key := f"{DETECTOR_RUNS}:{session}") in end}
         result[model] = StageStats(
             requests=int(ok),
             failures=int(d["nv_inference_request_failure"]),
@@ -162,8 +139,6 @@ def stage_deltas(before: Snapshot, after: Snapshot) -> dict[str, StageStats]:
             compute_input_us=_per(d["nv_inference_compute_input_duration_us"], ok),
             compute_infer_us=_per(d["nv_inference_compute_infer_duration_us"], ok),
             compute_output_us=_per(d["nv_inference_compute_output_duration_us"], ok),
-            runs_alone=runs.get("alone"),
-            runs_shared=runs.get("shared"),
         )
     return result
 
@@ -183,7 +158,4 @@ def stages_table(stages: dict[str, StageStats]) -> list[str]:
             f"| {model} | {s.requests} | {s.failures} | {fmt(s.avg_batch)} | {fmt(s.request_us)} | {fmt(s.queue_us)} "
             f"| {fmt(s.compute_input_us)} | {fmt(s.compute_infer_us)} | {fmt(s.compute_output_us)} |"
         )
-    for model, s in stages.items():
-        if s.runs_alone is not None and s.runs_shared is not None:
-            lines.append(f"\n{model}: {s.runs_alone} of {s.runs_alone + s.runs_shared} runs alone (every core)")
     return lines

@@ -27,7 +27,7 @@ from typing import Any
 from .bench import ServedDetector, client_factory, closed_loop, served_detector
 from .errors import LoadTestError
 from .images import synthetic_images
-from .metrics import StageStats, settled_snapshot, stage_deltas
+from .metrics import snapshot, stage_deltas
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def _drive(runners: list[Any], tensor: Any, window_s: float) -> tuple[float, flo
 
 
 def _topologies(detector: ServedDetector) -> dict[str, list[Any]]:
-    from generator.pipeline.runner import OnnxRunner
+    from generator.serving.runner import OnnxRunner
 
     def sessions(count: int, threads: int, spin: bool = False) -> list[Any]:
         return [OnnxRunner(str(detector.onnx), intra_op_threads=threads, spin_wait=spin) for _ in range(count)]
@@ -75,13 +75,6 @@ def _topologies(detector: ServedDetector) -> dict[str, list[Any]]:
         "single": sessions(1, 0, spin=True),  # ONNX Runtime's defaults: every core, spinning
         "per_core": sessions(cores, 1),
     }
-
-
-def _alone_share(stage: StageStats | None) -> float | None:
-    if stage is None or stage.runs_alone is None or stage.runs_shared is None:
-        return None
-    runs = stage.runs_alone + stage.runs_shared
-    return round(stage.runs_alone / runs, 3) if runs else None
 
 
 def _median_range(values: list[float]) -> dict[str, float]:
@@ -110,12 +103,10 @@ def paired_rounds(grpc_url: str, http_url: str, metrics_url: str, repository: Pa
     rounds: list[dict[str, Any]] = []
     for index in range(settings.rounds):
         raw = {name: _drive(runners, tensor, settings.window_s) for name, runners in topologies.items()}
-        before_busy = settled_snapshot(metrics_url)
         busy, failures, elapsed, _ = closed_loop(make, images, settings.concurrency, settings.window_s, 1)
-        before = settled_snapshot(metrics_url)
+        before = snapshot(metrics_url)
         single, failures_c1, _, _ = closed_loop(make, images, 1, settings.window_s, 1)
-        stages = stage_deltas(before, settled_snapshot(metrics_url))
-        busy_detector = stage_deltas(before_busy, before).get(f"{settings.model}_detector")
+        stages = stage_deltas(before, snapshot(metrics_url))
         ensemble_rps = len(busy) / elapsed
         best_raw = max(ips for ips, _ in raw.values())
         ensemble = stages.get(settings.model)
@@ -132,9 +123,6 @@ def paired_rounds(grpc_url: str, http_url: str, metrics_url: str, repository: Pa
             "ratio_best_raw": round(ensemble_rps / best_raw, 3),
             "added_p50_c1_ms": round(statistics.median(single) - raw["single"][1], 1) if single else None,
             "added_in_triton_c1_ms": round(pipeline_ms, 1) if pipeline_ms is not None else None,
-            # Share of detector runs on the every-core session (embedded detector): high at c=1, low under load.
-            "alone_share_busy": _alone_share(busy_detector),
-            "alone_share_c1": _alone_share(detector_stage),
         }
         rounds.append(record)
         progress(f"  round {index + 1}: ensemble {record['ensemble_rps']} rps vs raw served "
@@ -143,8 +131,7 @@ def paired_rounds(grpc_url: str, http_url: str, metrics_url: str, repository: Pa
                  f"{record['ensemble_p50_c1_ms']} vs raw {raw['single'][1]:.1f} ms "
                  f"(added {record['added_p50_c1_ms']}, in Triton {record['added_in_triton_c1_ms']})")
     summary = {key: _median_range([r[key] for r in rounds if r[key] is not None])
-               for key in ("ratio_same_topology", "ratio_best_raw", "added_p50_c1_ms", "added_in_triton_c1_ms",
-                           "alone_share_busy", "alone_share_c1")
+               for key in ("ratio_same_topology", "ratio_best_raw", "added_p50_c1_ms", "added_in_triton_c1_ms")
                if any(r[key] is not None for r in rounds)}
     return {
         "settings": {**asdict(settings), "size": list(settings.size)},
@@ -166,7 +153,7 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
         f"Raw detector: {d.get('baseline', 'served graph')}. Raw topologies at batch 1: "
         f"served = {d['instances']} session(s) x intra-op threads {d['intra_op_threads']} (spinning off: the "
         "served sessions under load), single = 1 session with ONNX Runtime's defaults (every core, spinning on: "
-        "the latency reference, and the session a served request running alone gets), "
+        "the latency reference), "
         f"per-core = {d['per_core_sessions']} x 1 thread. "
         f"Ensemble throughput at concurrency {s['concurrency']}, latency at concurrency 1.",
         "",
@@ -185,9 +172,7 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
     for key, label in (("ratio_same_topology", "throughput vs raw, same topology"),
                        ("ratio_best_raw", "throughput vs best raw topology"),
                        ("added_p50_c1_ms", "added p50 at concurrency 1 (client, ms)"),
-                       ("added_in_triton_c1_ms", "added in Triton at concurrency 1 (ensemble minus detector compute, ms)"),
-                       ("alone_share_busy", f"detector runs alone (every core) at concurrency {s['concurrency']}"),
-                       ("alone_share_c1", "detector runs alone (every core) at concurrency 1")):
+                       ("added_in_triton_c1_ms", "added in Triton at concurrency 1 (ensemble minus detector compute, ms)")):
         if key in paired["summary"]:
             v = paired["summary"][key]
             lines.append(f"- {label}: median **{v['median']}** (range {v['min']} - {v['max']})")

@@ -11,9 +11,10 @@ from pathlib import Path
 import onnx
 import pytest
 
-from generator.build import DEMO_ONNX, build_repository
-from generator.embedded_server import EmbeddedServer
-from generator.spec import BuildOptions
+from generator.builder.options import BuildOptions
+from generator.builder.pipeline import build_repository
+from generator.demo import DEMO_ONNX
+from generator.server.embedded import EmbeddedServer
 
 
 def free_port() -> int:

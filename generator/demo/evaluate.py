@@ -2,7 +2,7 @@
 
     python -m generator.demo.evaluate --onnx generator/demo/demo_detector.onnx [--count 200 --seed 12345]
 
-The CLI runs the ONNX through ``generator.reference.ReferencePipeline`` -- the production preprocessing
+The CLI runs the ONNX through ``generator.evaluation.reference.ReferencePipeline`` -- the production preprocessing
 and NMS -- on a freshly written held-out set, so the number measures what the served ensemble returns.
 Scoring uses faster-coco-eval's pycocotools-compatible API.
 """
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
     from generator.errors import GeneratorError
-    from generator.reference import ReferencePipeline
+    from generator.evaluation.reference import ReferencePipeline
 
     try:
         pipeline = ReferencePipeline(

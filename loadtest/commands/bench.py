@@ -74,8 +74,8 @@ def _server(args: argparse.Namespace, work: Path) -> Iterator[tuple[Endpoints, s
         return
     if args.repository is None:
         raise LoadTestError("give --repository DIR (a built repository to serve) or --url HOST (a running server)")
-    from generator.embedded_server import EmbeddedServer
     from generator.errors import GeneratorError
+    from generator.server.embedded import EmbeddedServer
 
     log = work / "tritonserver.log"
     try:

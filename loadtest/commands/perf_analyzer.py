@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import MetricsError
 from ..images import DEFAULT_SIZES, build_corpus
-from ..metrics import settled_snapshot, snapshot, stage_deltas, stages_table
+from ..metrics import snapshot, stage_deltas, stages_table
 from ..perf_analyzer import PerfAnalyzerRun, command, execute, locate_binary, parse_concurrency
 from ..perf_inputs import write_input_data
 from ..report import points_table, threshold_breaches
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         before, problems = None, [str(exc)]
     started = datetime.now(timezone.utc)
     points, breakdown = execute(binary, config, args.out / "perf_analyzer.log")
-    stages = stage_deltas(before, settled_snapshot(metrics_url)) if before is not None else None
+    stages = stage_deltas(before, snapshot(metrics_url)) if before is not None else None
     breaches = [
         f"concurrency {p.concurrency}: {reason}"
         for p in points

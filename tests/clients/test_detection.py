@@ -7,12 +7,13 @@ from clients.detection import (
     Detection,
     DetectionResult,
     ModelInfo,
-    as_batch_array,
     decode_outputs,
     model_info_from_config,
     split_batches,
 )
 from clients.errors import ClientError
+from clients.request import image_batch, image_request
+from generator.serving.contract import OUTPUTS
 
 NAMES = ("circle", "square", "triangle")
 INFO = ModelInfo(name="yolo", max_batch_size=8, class_names=NAMES)
@@ -147,7 +148,16 @@ def test_split_batches(count, limit, sizes):
 
 def test_batch_array_is_n_by_1_objects():
     blobs = [b"\x89PNG", b"", b"\xff\xd8\xff" * 10]
-    array = as_batch_array(blobs)
+    array = image_batch(blobs)
     assert array.shape == (3, 1)
     assert array.dtype == np.object_
     assert [array[i, 0] for i in range(3)] == blobs
+    assert image_batch(blobs, batched=False).shape == (3,)
+
+
+def test_image_request_names_the_contract_tensors():
+    import tritonclient.grpc as grpcclient
+
+    inputs, outputs = image_request(grpcclient, [b"a", b"b"])
+    assert [(t.name(), t.shape(), t.datatype()) for t in inputs] == [("IMAGE", [2, 1], "BYTES")]
+    assert [o.name() for o in outputs] == list(OUTPUTS)

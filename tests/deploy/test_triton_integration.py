@@ -57,8 +57,8 @@ class Served:
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from generator.build import build_repository
-    from generator.spec import BuildOptions
+    from generator.builder.options import BuildOptions
+    from generator.builder.pipeline import build_repository
     from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
 
     root = tmp_path_factory.mktemp("deploy-triton")
@@ -69,7 +69,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextmanager
 def _start(repository: Path, log_file: Path) -> Iterator[Served]:
-    from generator.embedded_server import EmbeddedServer
+    from generator.server.embedded import EmbeddedServer
 
     extra = tuple(a for a in triton_args(Settings(), gpu=False, token=TOKEN) if not a.startswith(_NOT_PASSED))
     http, grpc, metrics = _free_ports(3)

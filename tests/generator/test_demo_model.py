@@ -79,7 +79,7 @@ def test_finds_most_objects_on_held_out_scenes_at_conf_025() -> None:
     Measured on these 30 scenes: recall 134/138 = 0.97 and precision 134/139 = 0.96 (the 320x320 model
     before it: 0.68 and 0.83). Untrained or broken weights score near zero on both.
     """
-    from generator.reference import ReferencePipeline
+    from generator.evaluation.reference import ReferencePipeline
 
     pipeline = ReferencePipeline(DEMO_ONNX, conf_threshold=0.25)
     assert list(pipeline.class_names) == list(CLASS_NAMES)

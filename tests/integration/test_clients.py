@@ -21,7 +21,7 @@ import pytest
 
 from clients import AsyncDetectionClient, ClientTimeoutError, DetectionClient, InferenceError
 from clients.detect import main as detect_main
-from generator.reference import ReferencePipeline
+from generator.evaluation.reference import ReferencePipeline
 from generator.synthetic import encode, make_scene
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import time
-import urllib.request
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,10 +16,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from generator.pipeline.activity import Activity, lock_path
-from generator.reference import ReferencePipeline
+from generator.evaluation.reference import ReferencePipeline
 from generator.synthetic import encode, make_scene
-from loadtest.metrics import PUBLISH_LAG_S, parse_prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -115,38 +112,6 @@ def test_concurrent_requests_are_batched_and_split_back(triton_server, reference
         results = list(pool.map(lambda image: infer(triton_server, model, [image]), images))
     for served, image in zip(results, images, strict=True):
         assert_matches_reference(served, reference.detect(image))
-
-
-def detector_runs(server, model: str) -> dict[str, float]:
-    """The detector's runs per session (alone: every core, spinning; shared) from Triton's metrics."""
-    time.sleep(PUBLISH_LAG_S)  # the detector publishes its counts once idle
-    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10) as response:
-        samples = parse_prometheus(response.read().decode())
-    return {s.labels["session"]: s.value for s in samples
-            if s.name == "ensemble_detector_runs_total" and s.labels.get("model") == f"{model}_detector"}
-
-
-def test_a_lone_request_runs_on_every_core_and_a_busy_pipeline_shares(triton_server, reference) -> None:
-    """Sequential requests find no other step running; while a step runs, the detector takes the shared session.
-
-    The test process itself marks a step as running, through the same lock file the served steps use.
-    """
-    model = triton_server.model_name
-    before = detector_runs(triton_server, model)
-    for seed in range(3):
-        image = scene_bytes(300 + seed, 640, 480)
-        assert_matches_reference(infer(triton_server, model, [image]), reference.detect(image))
-    sequential = detector_runs(triton_server, model)
-    assert (sequential["alone"] - before["alone"], sequential["shared"] - before["shared"]) == (3, 0)
-
-    other_step = Activity(lock_path(str(triton_server.repository), model))
-    with other_step.running():
-        for seed in range(2):  # the shared session gives the reference's answer too
-            image = scene_bytes(310 + seed, 1280, 720)
-            assert_matches_reference(infer(triton_server, model, [image]), reference.detect(image))
-    other_step.close()
-    busy = detector_runs(triton_server, model)
-    assert (busy["alone"] - sequential["alone"], busy["shared"] - sequential["shared"]) == (0, 2)
 
 
 def test_empty_scene_returns_every_output_with_zero_detections(triton_server) -> None:
@@ -268,7 +233,7 @@ def test_ensemble_config_carries_class_names(triton_server, reference) -> None:
 
 def test_both_head_layouts_are_served(triton_server) -> None:
     """The dynamic ensemble sends the reduced head to NMS, the static one the full v8 head."""
-    from generator.onnx_inspect import inspect_onnx
+    from generator.builder.onnx_inspect import inspect_onnx
 
     head = inspect_onnx(triton_server.onnx_path).output.shape  # [N, 4 + nc, A]
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)

@@ -13,15 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.build import GateOptions, build_repository
+from generator.builder.onnx_inspect import inspect_onnx
+from generator.builder.options import BuildOptions, GateOptions, PrecisionOptions
+from generator.builder.pipeline import build_repository
 from generator.cli import main
-from generator.embedded_server import EmbeddedServer
-from generator.onnx_inspect import inspect_onnx
-from generator.precision_step import PrecisionOptions, make_precision_transform
-from generator.reference import ReferencePipeline
-from generator.spec import BuildOptions
+from generator.evaluation.gate import DEFAULT_MAX_DROP
+from generator.evaluation.reference import ReferencePipeline
+from generator.server.embedded import EmbeddedServer
 from generator.synthetic import encode, make_scene
-from generator.validate import DEFAULT_MAX_DROP
 from tests.conftest import free_port
 from tests.integration.test_ensemble import assert_matches_reference, infer
 
@@ -44,9 +43,10 @@ def precision_repositories(tmp_path_factory, demo_onnx) -> dict[str, Path]:
         build_repository(
             demo_onnx,
             repositories[precision],
-            BuildOptions(name=f"yolo_{precision}", precision=precision, max_batch=4),
-            precision_transform=make_precision_transform(PrecisionOptions(calib_count=64)),
-            gate=GateOptions(count=48, max_drop_points=INT8_TEST_MAX_DROP if precision == "int8" else None),
+            BuildOptions(name=f"yolo_{precision}", precision=precision, max_batch=4,
+                         calibration=PrecisionOptions(calib_count=64),
+                         gate=GateOptions(count=48,
+                                          max_drop_points=INT8_TEST_MAX_DROP if precision == "int8" else None)),
         )
     return repositories
 
@@ -131,9 +131,8 @@ def test_failed_gate_writes_nothing(demo_onnx, tmp_path) -> None:
     output = tmp_path / "repo"
     with pytest.raises(Exception, match="accuracy gate FAILED"):
         build_repository(
-            demo_onnx, output, BuildOptions(name="yolo", precision="int8"),
-            precision_transform=make_precision_transform(PrecisionOptions(calib_count=16)),
-            gate=GateOptions(count=16, max_drop_points=-100.0),
+            demo_onnx, output, BuildOptions(name="yolo", precision="int8", calibration=PrecisionOptions(calib_count=16),
+                                            gate=GateOptions(count=16, max_drop_points=-100.0)),
         )
     assert not output.exists()
     assert not list(tmp_path.glob(".repo.*"))

@@ -63,9 +63,6 @@ def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp
         assert row["ratio_best_raw"] == pytest.approx(row["ensemble_rps"] / best, abs=0.002)
         # The ensemble's time in Triton includes the detector's compute, so what it adds is positive.
         assert row["added_in_triton_c1_ms"] > 0
-        # One client at a time: the detector never finds another step running and takes every core.
-        assert row["alone_share_c1"] == 1.0
-        assert 0.0 <= row["alone_share_busy"] <= 1.0
     assert paired["summary"]["ratio_same_topology"]["min"] <= paired["summary"]["ratio_same_topology"]["median"]
 
     report = (tmp_path / json_file.name.replace(".json", ".md")).read_text()

@@ -95,23 +95,3 @@ def test_unreachable_endpoint_says_where():
 
     with pytest.raises(MetricsError, match=r"127\.0\.0\.1:9"):
         scrape("127.0.0.1:9", timeout_s=1)
-
-
-def test_detector_runs_by_session_are_kept_apart():
-    def scrape_text(alone: int, shared: int) -> str:
-        return (
-            f'nv_inference_request_success{{model="yolo_detector",version="1"}} {alone + shared}\n'
-            f'ensemble_detector_runs_total{{model="yolo_detector",session="alone"}} {alone}\n'
-            f'ensemble_detector_runs_total{{model="yolo_detector",session="shared"}} {shared}\n'
-            'ensemble_detector_runs_total{model="yolo_detector",session="unknown"} 99\n'
-        )
-
-    before, after = (model_counters(parse_prometheus(scrape_text(a, s))) for a, s in ((5, 1), (7, 10)))
-    stages = stage_deltas(before, after)
-    assert (stages["yolo_detector"].runs_alone, stages["yolo_detector"].runs_shared) == (2, 9)
-    assert stages_table(stages)[-1] == "\nyolo_detector: 2 of 11 runs alone (every core)"
-
-
-def test_models_without_the_detector_metric_report_no_runs(before_text, after_text):
-    stages = stage_deltas(model_counters(parse_prometheus(before_text)), model_counters(parse_prometheus(after_text)))
-    assert all(s.runs_alone is None and s.runs_shared is None for s in stages.values())

@@ -1,7 +1,7 @@
 """Training data for the demo detector: fresh synthetic scenes through the production preprocessing.
 
 Every scene is drawn by ``generator.synthetic``, JPEG-encoded (most of the time) and decoded and letterboxed
-by ``generator.pipeline`` -- exactly what the served ensemble does -- so the model learns the input it will
+by ``generator.serving`` -- exactly what the served ensemble does -- so the model learns the input it will
 be given. Batch ``i`` of a run is a pure function of ``(seed, i)``: any number of worker processes, on any
 machine, produce the same batches in the same order.
 """
@@ -24,8 +24,8 @@ JPEG_SHARE = 0.8  # the rest is letterboxed from the raw pixels (as PNG or BMP i
 
 def sample(rng: np.random.Generator, imgsz: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One example: (3 x imgsz x imgsz uint8 RGB, xyxy boxes [K, 4] in input pixels, classes [K])."""
-    from generator.pipeline.batch import prepare_batch
-    from generator.pipeline.letterbox import letterbox
+    from generator.serving.batch import prepare_batch
+    from generator.serving.letterbox import letterbox
 
     weights = np.array([s[2] for s in SIZES], dtype=np.float64)
     width, height, _ = SIZES[rng.choice(len(SIZES), p=weights / weights.sum())]

@@ -1,0 +1,190 @@
+"""Build options, each declared once: its flag, help, allowed values and default live on its field.
+
+The CLI parser, validation, the manifest record and the exact rebuild command are all generated from these
+declarations (``generator.builder.declarations``), so a new option cannot be half-wired. Impossible values and
+combinations fail here, before anything is written.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from generator.builder.declarations import check_declared, option
+from generator.errors import GeneratorError
+from generator.serving.contract import STEPS, step_model_name
+
+Target = Literal["embedded", "onnxruntime", "tensorrt"]
+Precision = Literal["fp32", "fp16", "int8"]
+NormaliseIn = Literal["graph", "preprocess"]
+CalibrationMethod = Literal["minmax", "entropy", "percentile"]
+HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
+TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
+PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
+# Triton model names become directory names and pbtxt strings: keep them boring.
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
+
+class SpecError(GeneratorError):
+    """A build option is invalid; the message names the option."""
+
+
+def validate_model_name(name: str) -> str:
+    if not _NAME.fullmatch(name):  # match() would let "yolo\n" through: "$" matches before a final newline
+        raise SpecError(
+            f"invalid --name {name!r}: use 1-64 letters, digits, '_' or '-', starting with a letter "
+            "(it becomes a directory and a Triton model name)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ImageLimitOptions:
+    """Per-image limits the preprocess step checks from the header, before decoding."""
+
+    max_bytes: int = option(32 * 1024 * 1024, "--max-image-bytes", "largest encoded image accepted", low=1)
+    max_pixels: int = option(40_000_000, "--max-image-pixels", "largest width x height accepted", low=1)
+    max_side: int = option(16384, "--max-image-side", "largest width or height accepted", low=1)
+
+    def __post_init__(self) -> None:
+        check_declared(self, SpecError)
+
+
+@dataclass(frozen=True)
+class PrecisionOptions:
+    """How FP16/INT8 graphs are made (``generator.builder.precision``)."""
+
+    calib_images: Path | None = option(
+        None, "--calib-images", "INT8 calibration images: a folder of your own domain's images (required for "
+        "--precision int8 unless the model is the bundled demo)", group="precision")
+    calib_count: int = option(128, "--calib-count", "calibration images to use", low=1, high=100_000,
+                              group="precision")
+    calib_method: CalibrationMethod = option("minmax", "--calib-method", "activation range estimator",
+                                             group="precision")
+    int8_exclude: tuple[str, ...] = option((), "--int8-exclude", "extra node names kept in float "
+                                           "(the score head always is)", nargs="*", metavar="NODE",
+                                           group="precision")
+    fp16_keep: tuple[str, ...] = option((), "--fp16-keep", "extra node names kept in FP32 for --precision fp16",
+                                        nargs="*", metavar="NODE", group="precision")
+
+    def __post_init__(self) -> None:
+        check_declared(self, SpecError)
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The accuracy gate ``build`` runs for FP16/INT8 before anything is written."""
+
+    enabled: bool = option(True, "--no-validate", "skip the accuracy gate (recorded in the manifest)",
+                           negate=True, group="precision")
+    max_drop_points: float | None = option(
+        None, "--max-map-drop", "allowed mAP@0.5:0.95 drop in points (default: fp16 0.5, int8 1.5)",
+        low=-100.0, high=100.0, group="precision")
+    images: Path | None = option(None, "--validate-images", "control images for the gate (required for a "
+                                 "model other than the bundled demo, or pass --no-validate)", group="precision")
+    labels: Path | None = option(None, "--validate-labels", "COCO JSON for --validate-images", group="precision")
+    count: int = option(64, "--validate-count", "control images to use", low=1, high=100_000, group="precision")
+
+    def __post_init__(self) -> None:
+        check_declared(self, SpecError)
+        if self.labels is not None and self.images is None:
+            raise SpecError("--validate-labels needs --validate-images")
+
+
+@dataclass(frozen=True)
+class TensorRTOptions:
+    """The plan build of ``--target tensorrt`` (``generator.builder.tensorrt``)."""
+
+    opt_batch: int | None = option(None, "--opt-batch", "profile opt batch (default: --max-batch)", low=1,
+                                   high=1024, group="tensorrt")
+    workspace_gib: float = option(4.0, "--workspace-gib", "builder workspace limit", low=0.25, high=1024.0,
+                                  group="tensorrt")
+    optimization_level: int = option(3, "--builder-optimization-level", "TensorRT builder optimization level",
+                                     low=0, high=5, group="tensorrt")
+    hardware_compatibility: HardwareCompatibility = option(
+        "none", "--hardware-compatibility", "ampere_plus: one plan for every GPU of compute capability >= 8.0; "
+        "same_compute_capability: every GPU of this one's (both slower)", group="tensorrt")
+    version_compatible: bool = option(False, "--version-compatible", "plan loadable by later TensorRT releases "
+                                      "(Triton then needs --backend-config=tensorrt,version-compatible=true)",
+                                      group="tensorrt")
+    cuda_graphs: bool = option(False, "--cuda-graphs", "enable CUDA graphs in the detector config",
+                               group="tensorrt")
+    triton_image: str = option("nvcr.io/nvidia/tritonserver:26.08-py3", "--triton-image",
+                               "Triton image that will serve the plan (recorded in the manifest)", group="tensorrt")
+    timeout_s: float = option(3600.0, "--tensorrt-timeout-s", "give up on a plan build after this long",
+                              low=1.0, high=86_400.0, group="tensorrt")
+
+    def __post_init__(self) -> None:
+        check_declared(self, SpecError)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Everything that decides what ``build`` writes; the manifest records it and can rebuild from it."""
+
+    name: str = option("yolo", "--name", "ensemble name; composing models are NAME_<step>")
+    target: Target = option("embedded", "--target", "what the detector step becomes")
+    precision: Precision = option("fp32", "--precision", "graph precision (FP16/INT8 pass an accuracy gate)")
+    max_batch: int = option(8, "--max-batch", "max_batch_size of the composing models", low=1, high=1024)
+    conf_threshold: float = option(0.25, "--conf-threshold", "minimum score kept by NMS", low=0.0, below=1.0)
+    iou_threshold: float = option(0.45, "--iou-threshold", "NMS overlap threshold", above=0.0, high=1.0)
+    max_detections: int = option(100, "--max-detections", "boxes returned per image (outputs are padded)",
+                                 low=1, high=10000)
+    image_size: tuple[int, int] | None = option(
+        None, "--imgsz", "input size for models with dynamic spatial axes (default: ONNX metadata)",
+        nargs=2, metavar=("HEIGHT", "WIDTH"), low=32, high=8192)
+    limits: ImageLimitOptions = field(default_factory=ImageLimitOptions)
+    reduced_decode: bool = option(True, "--no-reduced-decode", "always decode JPEGs at full resolution "
+                                  "(pixel parity with Ultralytics' own pipeline)", negate=True)
+    # "graph": uint8 images travel between steps and the detector graph normalises (fast);
+    # "preprocess": the Python step sends float NCHW tensors (the straightforward design, for comparison).
+    normalise_in: NormaliseIn = option("graph", "--normalise-in", "graph: uint8 images between steps, "
+                                       "normalisation fused into the detector; preprocess: float tensors from "
+                                       "the Python step (slower, for comparison)")
+    reduce_head: bool = option(True, "--no-reduce-head", "v8 heads: serve the full [N, 4+nc, A] head instead "
+                               "of fusing the per-anchor class max/arg-max into the detector graph", negate=True)
+    # No waiting by default: on a busy CPU requests queue up behind the running batch anyway, and a
+    # delay only adds latency at low load (measured: ~2 ms per step at concurrency 1).
+    queue_delay_us: int = option(0, "--queue-delay-us", "dynamic batching max_queue_delay_microseconds",
+                                 low=0, high=10_000_000)
+    queue_timeout_us: int = option(5_000_000, "--queue-timeout-us", "a request waiting longer in a step's "
+                                   "queue is rejected (UNAVAILABLE)", low=0, high=3_600_000_000)
+    max_queue_size: int = option(64, "--max-queue-size", "requests a step queues before rejecting new ones "
+                                 "(0: unbounded)", low=0, high=1_000_000)
+    # Two detector instances: under load both run; on a GPU one instance's copies overlap the other's compute.
+    instances: tuple[int, int, int] = option((1, 2, 1), "--instances", "instance counts of preprocess, "
+                                             "detector, nms", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
+    # Embedded detector: ONNX Runtime intra-op threads per instance; 0 sizes them from the host
+    # (cores / detector instances), so instances running at once do not oversubscribe the cores.
+    detector_threads: int = option(0, "--detector-threads", "ONNX Runtime intra-op threads per embedded "
+                                   "detector instance (0: the host's cores divided by the detector instances)",
+                                   low=0, high=1024)
+    calibration: PrecisionOptions = field(default_factory=PrecisionOptions)
+    gate: GateOptions = field(default_factory=GateOptions)
+    tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
+
+    def __post_init__(self) -> None:
+        validate_model_name(self.name)
+        check_declared(self, SpecError)
+        for flag, value in (("--conf-threshold", self.conf_threshold), ("--iou-threshold", self.iou_threshold)):
+            if math.isnan(value):
+                raise SpecError(f"{flag} must be a number, got nan")
+
+    @property
+    def model_names(self) -> dict[str, str]:
+        return {step: step_model_name(self.name, step) for step in STEPS}
+
+    @property
+    def preprocess_instances(self) -> int:
+        return self.instances[0]
+
+    @property
+    def detector_instances(self) -> int:
+        return self.instances[1]
+
+    @property
+    def nms_instances(self) -> int:
+        return self.instances[2]

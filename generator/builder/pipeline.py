@@ -1,0 +1,257 @@
+"""Build a model repository: inspect -> precision -> normalisation prefix -> class reduction -> render -> write.
+
+Library entry point of ``python -m generator build``; the command only turns argv into these calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from generator.builder.config.render import render_models
+from generator.builder.declarations import to_flags, to_record
+from generator.builder.graph.prefix import SERVED_INPUT, add_normalisation_prefix
+from generator.builder.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
+from generator.builder.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
+from generator.builder.options import BuildOptions, SpecError
+from generator.builder.repository import MARKER as MANIFEST_NAME
+from generator.builder.repository import write_repository
+from generator.demo import DEMO_ONNX
+
+logger = logging.getLogger(__name__)
+_STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
+
+# Turns the FP32 model into the requested precision; set by generator.builder.precision (FP16/INT8).
+PrecisionTransform = Callable[[onnx.ModelProto, DetectorInfo, BuildOptions], tuple[onnx.ModelProto, dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    output: Path
+    info: DetectorInfo
+    models: tuple[str, ...]
+    manifest: dict[str, object]
+
+
+def served_info(info: DetectorInfo) -> DetectorInfo:
+    """Describe the detector as served: uint8 BGR NHWC input from the normalisation prefix."""
+    batch, _, height, width = info.input.shape
+    served_input = TensorInfo(SERVED_INPUT, TensorProto.UINT8, (batch, height, width, 3))
+    return dataclasses.replace(info, input=served_input)
+
+
+def reduced_info(info: DetectorInfo) -> DetectorInfo:
+    """Describe a v8 detector whose served graph ends with the class reduction: [N, 6, A] out.
+
+    The layout is carried, not inferred: [N, 6, A] also reads as a two-class v8 head. Class names and
+    count stay those of the original head.
+    """
+    batch, _, anchors = info.output.shape
+    output = TensorInfo(REDUCED_OUTPUT, info.output.elem_type, (batch, REDUCED_ROWS, anchors))
+    return dataclasses.replace(info, output=output, layout="v8_reduced")
+
+
+def _python_step_files(model: str, source: str) -> dict[str, bytes]:
+    """model.py plus the shared helpers and the pure pipeline package, copied next to it."""
+    models = resources.files("generator.serving.models")
+    pipeline = resources.files("generator.serving")
+    files = {
+        f"{model}/1/model.py": models.joinpath(source).read_bytes(),
+        f"{model}/1/ensemble_common.py": models.joinpath("ensemble_common.py").read_bytes(),
+    }
+    for entry in pipeline.iterdir():
+        if entry.name.endswith(".py"):
+            files[f"{model}/1/ensemble_pipeline/{entry.name}"] = entry.read_bytes()
+    return files
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_demo(onnx_path: Path) -> bool:
+    """The bundled demo detector (by content, so a copy counts too)."""
+    return onnx_path.resolve() == DEMO_ONNX.resolve() or (
+        DEMO_ONNX.exists() and onnx_path.stat().st_size == DEMO_ONNX.stat().st_size
+        and _sha256(onnx_path.read_bytes()) == _sha256(DEMO_ONNX.read_bytes()))
+
+
+def require_domain_data(onnx_path: Path, options: BuildOptions) -> None:
+    """A user's model is calibrated and gated on its own images, never on the demo's synthetic shapes."""
+    if options.precision == "fp32" or is_demo(onnx_path):
+        return
+    if options.precision == "int8" and options.calibration.calib_images is None:
+        raise SpecError("--precision int8 needs --calib-images DIR: a few hundred images of your own domain "
+                        "(synthetic shapes only suit the bundled demo)")
+    if options.gate.enabled and options.gate.images is None:
+        raise SpecError(f"--precision {options.precision} runs an accuracy gate: pass --validate-images DIR "
+                        "(and --validate-labels COCO.json if labelled), or --no-validate to skip it")
+
+
+def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, served_layout: str,
+              options: BuildOptions) -> dict[str, bytes]:
+    from generator.evaluation.gate import (
+        DEFAULT_MAX_DROP,
+        ensure_passed,
+        gate_summary,
+        load_control_set,
+        report_files,
+        run_gate,
+    )
+
+    gate = options.gate
+    max_drop = gate.max_drop_points if gate.max_drop_points is not None else DEFAULT_MAX_DROP[options.precision]
+    control = load_control_set(gate.images, gate.labels, gate.count)
+    with tempfile.TemporaryDirectory(prefix="tde-gate-") as tmp:
+        candidate = Path(tmp) / "served.onnx"
+        onnx.save(served, str(candidate))
+        report = run_gate(onnx_path, candidate, info, control, options.precision, max_drop,
+                          options.iou_threshold, options.max_detections, candidate_layout=served_layout)
+    logger.info("%s", gate_summary(report))
+    ensure_passed(report)
+    return report_files(report)
+
+
+def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
+              precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
+              plan: dict[str, object] | None) -> dict[str, object]:
+    from generator.builder.manifest import Manifest, PlanFacts, Thresholds, hash_files
+
+    if options.precision == "fp32":
+        validation = "not needed (fp32)"
+    else:
+        validation = "accuracy gate passed" if validated else "skipped (--no-validate)"
+    record = Manifest(
+        name=options.name,
+        target=options.target,
+        precision=options.precision,
+        onnx_sha256=_sha256(onnx_path.read_bytes()),
+        source_onnx_path=str(onnx_path.resolve()),
+        thresholds=Thresholds(options.conf_threshold, options.iou_threshold, options.max_detections),
+        files=hash_files(files),
+        validation_skipped=options.precision != "fp32" and not validated,
+        validation=validation,
+        calibration_method=precision_facts.get("calibration_method"),
+        calibration_digest=precision_facts.get("calibration_digest"),
+        max_batch=options.max_batch,
+        plan=PlanFacts.from_json({**plan, "plan_files": [f"{options.model_names['detector']}/1/model.plan"]})
+        if plan else None,
+        extra={
+            "detector": {
+                "layout": info.layout,
+                "served_layout": served_layout,
+                "reduce_head": served_layout == "v8_reduced",
+                "image_size": list(info.image_size),
+                "static_batch": info.static_batch,
+                "class_names": list(info.class_names),
+                "normalise_in": options.normalise_in,
+                "reduced_decode": options.reduced_decode,
+            },
+            "precision_facts": precision_facts,
+            "options": to_record(options),
+            "rebuild": rebuild_words(onnx_path, output, options),
+        },
+    )
+    return record.to_json()
+
+
+def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str, str]]:
+    """Parameters the Python-backend steps read from their configs, beyond what the templates derive."""
+    extra: dict[str, dict[str, str]] = {"detector": {}, "nms": {"raw_output": head_name}}
+    if options.target == "embedded":
+        extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}
+    return extra
+
+
+def rebuild_words(onnx_path: Path, output: Path, options: BuildOptions) -> list[str]:
+    """The exact command (as argv words) that builds this repository again."""
+    return ["python", "-m", "generator", "build", "--onnx", str(onnx_path.resolve()),
+            "--output", str(output.resolve()), *to_flags(options)]
+
+
+def _served_graph(model: onnx.ModelProto, info: DetectorInfo, options: BuildOptions
+                  ) -> tuple[onnx.ModelProto, DetectorInfo]:
+    """The graph as served: normalisation prefix (uint8 images in), class reduction (v8 heads)."""
+    served, info_served = model, info
+    if options.normalise_in == "graph":
+        served, info_served = add_normalisation_prefix(served), served_info(info_served)
+    if options.reduce_head and info.layout == "v8":
+        served, info_served = add_class_reduction(served), reduced_info(info_served)
+    return served, info_served
+
+
+def _detector_files(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions
+                    ) -> tuple[dict[str, bytes], dict[str, object], dict[str, object] | None]:
+    """The detector model's files, config overrides derived from a plan, and the plan's manifest facts."""
+    detector = options.model_names["detector"]
+    if options.target != "tensorrt":
+        return {f"{detector}/1/model.onnx": served.SerializeToString()}, {}, None
+    from generator.builder.tensorrt.step import build_tensorrt_detector
+
+    artifacts = build_tensorrt_detector(served, info_served, options)
+    files = {f"{detector}/{path}": data for path, data in artifacts.files.items()}
+    return files, artifacts.overrides, artifacts.manifest
+
+
+def _model_files(info_served: DetectorInfo, options: BuildOptions, overrides: dict[str, object]
+                 ) -> tuple[dict[str, bytes], tuple[str, ...]]:
+    """Every config.pbtxt, the ensemble's version folder and the Python-backend sources."""
+    names = options.model_names
+    extra = step_parameters(options, info_served.output.name)
+    rendered = render_models(info_served, options, extra, detector_overrides=overrides)
+    files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
+    files[f"{options.name}/1/.keep"] = b""  # an ensemble still needs a version folder
+    for step, source in _STEP_SOURCES.items():
+        if step != "detector" or options.target == "embedded":
+            files.update(_python_step_files(names[step], source))
+    return files, tuple(rendered)
+
+
+def build_repository(
+    onnx_path: Path,
+    output: Path,
+    options: BuildOptions,
+    force: bool = False,
+    precision_transform: PrecisionTransform | None = None,
+) -> BuildResult:
+    """Build the whole repository in memory, check it, then write it atomically.
+
+    For FP16/INT8 the accuracy gate runs on the served graph first; a failed gate writes nothing.
+    ``precision_transform`` replaces the default precision stage (``generator.builder.precision.step``).
+    """
+    require_domain_data(onnx_path, options)
+    if options.target == "tensorrt":
+        from generator.builder.tensorrt.availability import require_tensorrt_and_gpu
+
+        require_tensorrt_and_gpu()  # before any work: say what to install and where to run
+    info = inspect_onnx(onnx_path, options.image_size)
+    model = onnx.load(str(onnx_path))
+    precision_facts: dict[str, str] = {}
+    if options.precision != "fp32":
+        if precision_transform is None:
+            from generator.builder.precision.step import make_precision_transform
+
+            precision_transform = make_precision_transform(options.calibration)
+        model, precision_facts = precision_transform(model, info, options)
+    served, info_served = _served_graph(model, info, options)
+    files, overrides, plan = _detector_files(served, info_served, options)
+    model_files, models = _model_files(info_served, options, overrides)
+    files.update(model_files)
+    validated = options.precision != "fp32" and options.gate.enabled
+    if validated:
+        files.update(_run_gate(onnx_path, served, info, info_served.layout, options))
+    manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
+                         validated, plan)
+    files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()
+    write_repository(output, files, force=force)
+    return BuildResult(output, info, models, manifest)

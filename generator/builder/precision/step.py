@@ -1,0 +1,92 @@
+"""The build's precision step: FP16 conversion or INT8 Q/DQ calibrated through the production preprocess."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from generator.builder.onnx_inspect import DetectorInfo
+from generator.builder.options import BuildOptions, PrecisionOptions
+from generator.builder.pipeline import PrecisionTransform
+from generator.errors import GeneratorError
+from generator.evaluation.gate import IMAGE_SUFFIXES
+from generator.serving.batch import prepare_batch, to_float_nchw
+from generator.serving.images import ImageLimits
+
+CALIBRATION_BATCH = 8
+
+
+def calibration_images(directory: Path | None, count: int) -> tuple[list[bytes], str]:
+    """Encoded calibration images and a description; default: labelled-domain synthetic scenes."""
+    if directory is None:
+        from generator.synthetic import encode, make_scene
+
+        rng = np.random.default_rng(7_000_001)
+        sizes = ((640, 480), (1280, 720), (480, 640))
+        data = [encode(make_scene(rng, *sizes[i % len(sizes)]).image) for i in range(count)]
+        return data, f"{count} synthetic scenes"
+    if not directory.is_dir():
+        raise GeneratorError(f"calibration image folder not found: {directory}")
+    files = sorted(p for p in directory.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[:count]
+    if not files:
+        raise GeneratorError(f"no calibration images ({', '.join(IMAGE_SUFFIXES)}) in {directory}")
+    return [p.read_bytes() for p in files], f"{len(files)} images from {directory}"
+
+
+def _batches(data: Sequence[bytes], info: DetectorInfo, options: BuildOptions) -> Iterator[np.ndarray]:
+    """The exact serving path: header checks, (reduced) decode, letterbox, RGB, /255, model dtype."""
+    limits = ImageLimits(options.limits.max_bytes, options.limits.max_pixels, options.limits.max_side)
+    for start in range(0, len(data), CALIBRATION_BATCH):
+        batch = prepare_batch(data[start : start + CALIBRATION_BATCH], info.image_size, limits,
+                              options.reduced_decode)
+        if batch.errors:
+            position, reason = next(iter(batch.errors.items()))
+            raise GeneratorError(f"calibration image {start + position} rejected: {reason}")
+        yield to_float_nchw(batch.images, np.float32)
+
+
+def _digest(data: Sequence[bytes], info: DetectorInfo, options: BuildOptions) -> str:
+    digest = hashlib.sha256(f"{info.image_size}|{options.reduced_decode}|".encode())
+    for item in data:
+        digest.update(hashlib.sha256(item).digest())
+    return digest.hexdigest()
+
+
+def make_precision_transform(precision: PrecisionOptions) -> PrecisionTransform:
+    """Return a ``build.PrecisionTransform`` closed over the precision options."""
+
+    def transform(model: onnx.ModelProto, info: DetectorInfo, options: BuildOptions
+                  ) -> tuple[onnx.ModelProto, dict[str, str]]:
+        if options.precision == "fp16":
+            from generator.builder.precision.fp16 import convert_fp16
+
+            converted = convert_fp16(model, keep_fp32_nodes=precision.fp16_keep)
+            return converted, {"fp16_keep_nodes": ",".join(precision.fp16_keep)}
+        from generator.builder.precision.int8 import CALIBRATION_METHODS, Int8Options, quantize_int8
+
+        method = next((m for m in CALIBRATION_METHODS if m == precision.calib_method), None)
+        if method is None:
+            raise GeneratorError(f"unknown --calib-method {precision.calib_method!r}; "
+                                 f"choose one of {', '.join(CALIBRATION_METHODS)}")
+
+        data, description = calibration_images(precision.calib_images, precision.calib_count)
+        result = quantize_int8(
+            model,
+            _batches(data, info, options),
+            Int8Options(method=method, nodes_to_exclude=precision.int8_exclude),
+            data_digest=_digest(data, info, options),
+        )
+        return result.model, {
+            "calibration_method": result.method,
+            "calibration_digest": result.calibration_digest,
+            "calibration_set": description,
+            "calibration_seconds": f"{result.calibration_seconds:.1f}",
+            "calibration_cache_hit": str(result.cache_hit).lower(),
+            "excluded_nodes": ",".join(result.excluded_nodes),
+        }
+
+    return transform

@@ -1,0 +1,27 @@
+"""``python -m generator``: turn argv into library calls, one lazily imported module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from generator.cli.registry import build_parser as _build_parser
+from generator.cli.registry import run_main
+from generator.errors import GeneratorError
+
+COMMANDS = {
+    "build": ("build", "Build a Triton model repository (ensemble) from a YOLO ONNX."),
+    "serve": ("serve", "Run the embedded Triton server on loopback for a model repository."),
+    "check": ("check", "Compare a repository's manifest with this machine (TensorRT, GPU, file hashes)."),
+    "validate": ("validate", "Accuracy gate: compare a built repository with the FP32 reference (mAP)."),
+}
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    return _build_parser("python -m generator", "Build, serve, check and validate Triton detection ensembles.",
+                         "generator.cli", COMMANDS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, unavailable = build_parser()
+    return run_main(parser, unavailable, GeneratorError, argv)

@@ -1,0 +1,48 @@
+"""``build``: ONNX in, model repository out. Every build option comes from its declaration in
+``generator.builder.options``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from generator.builder.declarations import add_arguments as add_option_arguments
+from generator.builder.declarations import from_args
+from generator.builder.options import BuildOptions
+from generator.builder.pipeline import build_repository
+from generator.demo import DEMO_ONNX
+from generator.errors import GeneratorError
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--onnx", type=Path, default=None,
+                        help="detector ONNX (default: the bundled demo detector)")
+    parser.add_argument("--output", type=Path, default=Path("model_repository"), help="repository to write")
+    parser.add_argument("--force", action="store_true", help="replace an --output this tool did not write")
+    add_option_arguments(parser, BuildOptions)
+
+
+def options_from_args(args: argparse.Namespace) -> BuildOptions:
+    return from_args(BuildOptions, args)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    onnx_path = args.onnx or DEMO_ONNX
+    if args.onnx is None and not DEMO_ONNX.exists():
+        raise GeneratorError(f"the bundled demo detector is missing ({DEMO_ONNX}); pass --onnx PATH")
+    result = build_repository(onnx_path, args.output, options, force=args.force)
+    info = result.info
+    logger.info("Built %s from %s: %s head, %d classes, input %dx%d, %s batch, target %s, precision %s",
+                result.output, onnx_path.name, info.layout, info.num_classes, *info.image_size,
+                "dynamic" if info.static_batch is None else f"static {info.static_batch}",
+                options.target, options.precision)
+    logger.info("Models: %s (ensemble '%s')", ", ".join(result.models), options.name)
+    detector = result.manifest.get("detector")
+    if isinstance(detector, dict) and detector.get("reduce_head"):
+        logger.info("The detector graph ends with the per-anchor class max/arg-max: NMS receives "
+                    "[N, 6, anchors] (layout %s); --no-reduce-head serves the full head", detector["served_layout"])
+    return 0

@@ -1,0 +1,71 @@
+"""``validate``: the accuracy gate on a built repository, in-process and optionally through Triton."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from generator.builder.onnx_inspect import inspect_onnx
+from generator.errors import GeneratorError
+from generator.evaluation.gate import (
+    DEFAULT_MAX_DROP,
+    ensure_passed,
+    gate_summary,
+    load_control_set,
+    report_files,
+    run_gate,
+    served_vs_reference,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-repository", type=Path, required=True)
+    parser.add_argument("--images", type=Path, default=None,
+                        help="control images (default: labelled synthetic scenes, meaningful for the demo only)")
+    parser.add_argument("--labels", type=Path, default=None,
+                        help="COCO JSON for --images (default: FP32 detections as pseudo-labels)")
+    parser.add_argument("--max-map-drop", type=float, default=None,
+                        help="allowed mAP@0.5:0.95 drop in points (default: fp16 0.5, int8 1.5)")
+    parser.add_argument("--reference-onnx", type=Path, default=None,
+                        help="the FP32 source ONNX (default: the path recorded in the manifest)")
+    parser.add_argument("--count", type=int, default=64, help="synthetic control images when no --images")
+    parser.add_argument("--url", default=None,
+                        help="also run the control set through a running Triton (grpc://host:port or http://...)")
+
+
+def run(args: argparse.Namespace) -> int:
+    repository: Path = args.model_repository
+    manifest_path = repository / "manifest.json"
+    if not manifest_path.is_file():
+        raise GeneratorError(f"{repository} has no manifest.json; build it with python -m generator build")
+    manifest = json.loads(manifest_path.read_text())
+    reference_onnx = args.reference_onnx or Path(manifest["source_onnx"]["path"])
+    if not reference_onnx.is_file():
+        raise GeneratorError(f"FP32 reference ONNX not found at {reference_onnx}; pass --reference-onnx PATH")
+    candidate = repository / f"{manifest['name']}_detector" / "1" / "model.onnx"
+    if not candidate.is_file():
+        raise GeneratorError(
+            f"{candidate} not found: the in-process gate runs ONNX detectors; for a TensorRT plan validate "
+            "through the server with --url on the GPU host"
+        )
+    precision = manifest["precision"]
+    max_drop = args.max_map_drop if args.max_map_drop is not None else DEFAULT_MAX_DROP[precision]
+    info = inspect_onnx(reference_onnx, tuple(manifest["detector"]["image_size"]))
+    control = load_control_set(args.images, args.labels, args.count)
+    thresholds = manifest["thresholds"]
+    # Repositories built before the class reduction record no served layout: they serve the ONNX's own.
+    served_layout = manifest["detector"].get("served_layout", info.layout)
+    report = run_gate(reference_onnx, candidate, info, control, precision, max_drop,
+                      thresholds["iou"], thresholds["max_detections"], candidate_layout=served_layout)
+    for name, content in report_files(report).items():
+        (repository / name).write_bytes(content)
+    print(gate_summary(report))
+    print(f"Report: {repository / 'validation.md'}")
+    if args.url:
+        served, local = served_vs_reference(args.url, manifest["name"], reference_onnx, info, control,
+                                            thresholds["conf"], thresholds["iou"], thresholds["max_detections"])
+        print(f"through Triton at {args.url}: mAP@0.5:0.95 {served.map50_95:.4f} "
+              f"(FP32 in-process at the served thresholds: {local.map50_95:.4f})")
+    ensure_passed(report)
+    return 0

@@ -1,0 +1,236 @@
+"""The embedded default: a real Triton 2.51 server taken from the ``nvidia-pytriton`` wheel.
+
+The wheel carries ``tritonserver``, its shared libraries, the Python backend and one backend stub per
+Python version. It is fetched once with pip (so pip's index settings apply), verified by sha256, and
+unpacked into a cache; the pytriton Python package itself is not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from generator.errors import ServerError
+
+logger = logging.getLogger(__name__)
+
+TRITON_VERSION = "2.51.0"
+PYTRITON_VERSION = "0.5.13"
+WHEEL_SHA256 = {
+    "x86_64": "f10e7d876c9de94ff5dd653b968b2c12b4ddec87d8d40d6ced1dc1b4646fe2d1",
+    "aarch64": "c9b9d475c3ae76b153f24439a32807a87646bc472b37faa2ffddf01c436fa013",
+}
+STUB_PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12")
+
+
+def cache_root() -> Path:
+    env = os.environ.get("TRITON_DETECTION_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "triton-detection-ensemble"
+
+
+@dataclass(frozen=True)
+class ServerInstall:
+    root: Path
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "tritonserver" / "bin" / "tritonserver"
+
+    @property
+    def backends(self) -> Path:
+        return self.root / "tritonserver" / "backends"
+
+    @property
+    def libraries(self) -> Path:
+        return self.root / "libs"
+
+
+def _python_tag() -> str:
+    tag = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if tag not in STUB_PYTHONS:
+        raise ServerError(
+            f"the embedded Triton {TRITON_VERSION} ships Python-backend stubs for Python {', '.join(STUB_PYTHONS)}; "
+            f"this is Python {tag}. Create the environment with one of those versions"
+        )
+    return tag
+
+
+def _download_wheel(directory: Path) -> Path:
+    arch = platform.machine()
+    if arch not in WHEEL_SHA256:
+        raise ServerError(f"the embedded Triton server is available for {sorted(WHEEL_SHA256)}, not {arch}")
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+               f"nvidia-pytriton=={PYTRITON_VERSION}", "--dest", str(directory)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    wheels = list(directory.glob("nvidia_pytriton-*.whl"))
+    if result.returncode != 0 or len(wheels) != 1:
+        raise ServerError(
+            f"could not download nvidia-pytriton=={PYTRITON_VERSION} from the package index "
+            f"(pip said: {result.stderr.strip()[-300:]}); check network access to PyPI"
+        )
+    digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
+    if digest != WHEEL_SHA256[arch]:
+        raise ServerError(f"{wheels[0].name} has sha256 {digest}, expected {WHEEL_SHA256[arch]}; refusing to use it")
+    return wheels[0]
+
+
+def _unpack(wheel: Path, destination: Path, python_tag: str) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.infolist():
+            name = member.filename
+            if name.startswith("pytriton/tritonserver/") and not member.is_dir():
+                target = destination / name.removeprefix("pytriton/")
+            elif name.startswith("nvidia_pytriton.libs/") and not member.is_dir():
+                target = destination / "libs" / Path(name).name
+            else:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(member) as source, target.open("wb") as sink:
+                shutil.copyfileobj(source, sink)
+    stub = destination / "tritonserver" / "python_backend_stubs" / python_tag / "triton_python_backend_stub"
+    python_backend = destination / "tritonserver" / "backends" / "python"
+    shutil.copy2(stub, python_backend / "triton_python_backend_stub")
+    for executable in (destination / "tritonserver" / "bin" / "tritonserver",
+                       python_backend / "triton_python_backend_stub"):
+        executable.chmod(0o755)
+
+
+def ensure_server() -> ServerInstall:
+    """Return the cached server install, fetching and unpacking the pinned wheel the first time."""
+    python_tag = _python_tag()
+    root = cache_root() / f"tritonserver-{TRITON_VERSION}-py{python_tag}"
+    install = ServerInstall(root)
+    if install.binary.exists():
+        return install
+    root.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("Fetching Triton %s (nvidia-pytriton %s) into %s ...", TRITON_VERSION, PYTRITON_VERSION, root)
+    with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+        wheel = _download_wheel(Path(tmp) / "wheel")
+        staging = Path(tmp) / "install"
+        _unpack(wheel, staging, python_tag)
+        try:
+            staging.rename(root)
+        except OSError:  # another process unpacked it first
+            if not install.binary.exists():
+                raise
+    return install
+
+
+class EmbeddedServer:
+    """Start ``tritonserver`` on loopback for a model repository; use as a context manager."""
+
+    def __init__(
+        self,
+        repository: Path,
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        metrics_port: int = 8002,
+        log_file: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.repository = repository.resolve()
+        self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
+        self.log_file = log_file
+        self.extra_args = extra_args
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
+
+    def command(self, install: ServerInstall) -> list[str]:
+        return [
+            str(install.binary),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={install.backends}",
+            "--model-control-mode=none",
+            "--disable-auto-complete-config",
+            "--strict-readiness=true",
+            "--exit-on-error=true",
+            "--http-address=127.0.0.1", f"--http-port={self.http_port}",
+            "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
+            "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
+            "--allow-gpu-metrics=false",
+            "--exit-timeout-secs=10",
+            *self.extra_args,
+        ]
+
+    def environment(self, install: ServerInstall) -> dict[str, str]:
+        env = dict(os.environ)
+        # The Python-backend stub runs the first python on PATH: make it this environment's, so model.py
+        # files import the same numpy, OpenCV and ONNX Runtime as the project.
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(install.libraries), env.get("LD_LIBRARY_PATH")]))
+        return env
+
+    def start(self) -> None:
+        if not (self.repository / "").is_dir():
+            raise ServerError(f"model repository not found: {self.repository} (run python -m generator build first)")
+        install = ensure_server()
+        log = self.log_file.open("ab") if self.log_file else None
+        self.process = subprocess.Popen(
+            self.command(install), env=self.environment(install), stdout=log or None,
+            stderr=subprocess.STDOUT if log else None, start_new_session=True,
+        )
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Block until every model is ready; raise with the log's hint if the server dies first."""
+        deadline = time.monotonic() + timeout_s
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                where = f"; see {self.log_file}" if self.log_file else " (its log is above)"
+                raise ServerError(f"tritonserver exited while loading the models{where}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.25)
+        raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s")
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            return self.process.wait()
+
+    def __enter__(self) -> EmbeddedServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,59 @@
+"""Batch preprocessing: many encoded images in, one letterboxed uint8 batch out.
+
+Failures are per image: a bad image gets an error message and no slot in the batch, the rest go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_image
+from .letterbox import PARAMS_LEN, letterbox_into
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    images: np.ndarray  # uint8 [M, H, W, 3], BGR, letterboxed
+    letterbox: np.ndarray  # float32 [M, 6], see Letterbox.as_array
+    index: list[int]  # position in the input of each of the M prepared images
+    errors: dict[int, str]  # input position -> reason it was rejected
+
+
+def prepare_batch(
+    encoded: Sequence[bytes],
+    target: tuple[int, int],
+    limits: ImageLimits = DEFAULT_LIMITS,
+    reduced_decode: bool = True,
+) -> PreparedBatch:
+    """Decode and letterbox every image into one contiguous batch.
+
+    ``reduced_decode`` lets large JPEGs decode at 1/2, 1/4 or 1/8 resolution when that still covers the
+    network input, which costs a fraction of a full decode.
+    """
+    images = np.empty((len(encoded), target[0], target[1], 3), dtype=np.uint8)
+    params = np.empty((len(encoded), PARAMS_LEN), dtype=np.float32)
+    index: list[int] = []
+    errors: dict[int, str] = {}
+    for position, data in enumerate(encoded):
+        try:
+            image, source = decode_image(data, limits, target if reduced_decode else None)
+        except ImageError as exc:
+            errors[position] = str(exc)
+            continue
+        slot = len(index)
+        params[slot] = letterbox_into(image, images[slot], source).as_array()
+        index.append(position)
+    return PreparedBatch(images[: len(index)], params[: len(index)], index, errors)
+
+
+def to_float_nchw(images: np.ndarray, dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """BGR uint8 NHWC -> RGB NCHW scaled to [0, 1], as an Ultralytics export expects.
+
+    This mirrors the normalisation prefix the generator adds to the served graph (see
+    ``generator.builder.graph.prefix``), and is used where the original, unwrapped model is run.
+    """
+    rgb = images[..., ::-1].transpose(0, 3, 1, 2).astype(np.float32)
+    return (rgb / np.float32(255.0)).astype(dtype, copy=False)

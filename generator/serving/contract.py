@@ -1,0 +1,40 @@
+"""The ensemble's contract: tensor names, dtypes, layouts and parameter names, written down once.
+
+The config templates, the Python-backend models (this file is copied next to them), the clients, the load
+tests and the deploy health check all read these names from here. Imports nothing, so every one of them
+can use it.
+"""
+
+from __future__ import annotations
+
+# Ensemble input: one encoded image (JPEG/PNG/BMP/WebP/TIFF) per batch item, dims [1].
+IMAGE = "IMAGE"
+IMAGE_DATATYPE = "BYTES"  # TYPE_STRING in a config
+
+# Ensemble outputs, padded to max detections (EfficientNMS names, so existing clients fit).
+NUM_DETECTIONS = "num_detections"  # INT32 [1]
+BOXES = "detection_boxes"  # FP32 [max_det, 4], x1, y1, x2, y2 in source-image pixels
+SCORES = "detection_scores"  # FP32 [max_det]
+CLASSES = "detection_classes"  # INT32 [max_det]
+OUTPUTS = (NUM_DETECTIONS, BOXES, SCORES, CLASSES)
+OUTPUT_DATATYPES = {NUM_DETECTIONS: "INT32", BOXES: "FP32", SCORES: "FP32", CLASSES: "INT32"}
+
+# Between the steps: the letterboxed batch, and how each image was placed into it.
+PREPROCESSED = "PREPROCESSED"  # uint8 [H, W, 3] BGR (normalised in the graph) or float [3, H, W] RGB /255
+LETTERBOX = "LETTERBOX"  # FP32 [6], the fields below
+LETTERBOX_FIELDS = ("pad_x", "pad_y", "gain_x", "gain_y", "source_width", "source_height")
+
+# Composing models are "<ensemble>_<step>".
+STEPS = ("preprocess", "detector", "nms")
+
+# Head layouts the NMS step decodes; carried in its config, never inferred from a shape.
+LAYOUTS = ("v8", "v8_reduced", "v5", "end2end")
+
+# Config parameters.
+CLASS_NAMES_PARAMETER = "class_names"  # ensemble: JSON list of class names
+
+
+def step_model_name(ensemble: str, step: str) -> str:
+    if step not in STEPS:
+        raise ValueError(f"unknown step {step!r}; the ensemble's steps are {', '.join(STEPS)}")
+    return f"{ensemble}_{step}"

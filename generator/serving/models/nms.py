@@ -1,0 +1,33 @@
+"""Triton model: decode the detection head and run NMS for all queued requests at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ensemble_common import failed, parameters, split_responses, stack_inputs
+from ensemble_pipeline.contract import BOXES, CLASSES, LETTERBOX, NUM_DETECTIONS, SCORES
+from ensemble_pipeline.nms import postprocess
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        params = parameters(args)
+        self.layout = params["layout"]
+        self.raw_name = params["raw_output"]
+        self.conf = float(params["conf_threshold"])
+        self.iou = float(params["iou_threshold"])
+        self.max_det = int(params["max_detections"])
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        try:
+            raw, sizes = stack_inputs(requests, self.raw_name)
+            letterbox, _ = stack_inputs(requests, LETTERBOX)
+            out = postprocess(raw, self.layout, letterbox, self.conf, self.iou, self.max_det)
+            return split_responses({
+                NUM_DETECTIONS: out.num_detections,
+                BOXES: out.boxes,
+                SCORES: out.scores,
+                CLASSES: out.classes,
+            }, sizes)
+        except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
+            return failed(requests, "nms", exc)

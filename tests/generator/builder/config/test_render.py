@@ -1,0 +1,250 @@
+"""Rendered configs: parsed by Triton's own proto, compared with golden files, wiring cross-checked."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jinja2
+import pytest
+from onnx import TensorProto
+from tritonclient.grpc import model_config_pb2 as mc
+
+from generator.builder.config.render import (
+    _environment,
+    check_ensemble_wiring,
+    detector_max_batch,
+    parse_config,
+    render_models,
+)
+from generator.builder.onnx_inspect import DetectorInfo, TensorInfo
+from generator.builder.options import BuildOptions
+from generator.builder.pipeline import step_parameters
+from generator.errors import ConfigError
+
+GOLDEN = Path(__file__).parent / "golden"
+# Regenerate with UPDATE_GOLDEN=1 after an intended template change, then read the diff.
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+EXTRA = step_parameters(BuildOptions(), "output0")
+
+
+def served(static_batch: int | None = None, names: tuple[str, ...] = ("a", "b"),
+           input_dtype: int = TensorProto.UINT8) -> DetectorInfo:
+    """A fixed small detector as served: uint8 BGR NHWC 64x64 in, v8 head [N, 6, 64] out."""
+    batch: int | str = static_batch if static_batch is not None else "batch"
+    return DetectorInfo(
+        path=Path("tiny.onnx"),
+        input=TensorInfo("images_bgr_u8", input_dtype, (batch, 64, 64, 3)),
+        output=TensorInfo("output0", TensorProto.FLOAT, (batch, 4 + len(names), 64)),
+        layout="v8",
+        num_classes=len(names),
+        class_names=names,
+        image_size=(64, 64),
+        static_batch=static_batch,
+        opset=17,
+        metadata={},
+    )
+
+
+def configs(models: dict) -> dict[str, mc.ModelConfig]:
+    return {name: r.config for name, r in models.items()}
+
+
+@pytest.mark.parametrize("step", ["yolo", "yolo_preprocess", "yolo_detector", "yolo_nms"])
+def test_golden_configs(step: str) -> None:
+    models = render_models(served(), BuildOptions(max_batch=4, max_detections=10), EXTRA)
+    assert list(models) == ["yolo", "yolo_preprocess", "yolo_detector", "yolo_nms"]
+    path = GOLDEN / f"{step}.pbtxt"
+    if UPDATE:
+        path.write_text(models[step].text)
+    assert models[step].text == path.read_text()
+
+
+@pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
+def test_every_target_parses_with_the_triton_proto(target: str) -> None:
+    models = render_models(served(), BuildOptions(target=target), EXTRA)
+    for name, rendered in models.items():
+        assert rendered.config.name == name
+        # The rendered text is exactly what was parsed: re-parsing gives an equal message.
+        assert parse_config(name, rendered.text) == rendered.config
+    detector = models["yolo_detector"].config
+    assert detector.platform == {"embedded": "", "onnxruntime": "onnxruntime_onnx",
+                                 "tensorrt": "tensorrt_plan"}[target]
+    assert detector.backend == ("python" if target == "embedded" else "")
+    expected_kind = mc.ModelInstanceGroup.KIND_GPU if target == "tensorrt" else mc.ModelInstanceGroup.KIND_CPU
+    assert detector.instance_group[0].kind == expected_kind
+
+
+def test_config_values_follow_the_options() -> None:
+    options = BuildOptions(max_batch=16, conf_threshold=0.3, iou_threshold=0.6, max_detections=42,
+                           queue_delay_us=1234, max_queue_size=7, instances=(1, 2, 3), reduced_decode=False)
+    models = configs(render_models(served(), options, EXTRA))
+    ensemble, nms, pre = models["yolo"], models["yolo_nms"], models["yolo_preprocess"]
+    assert ensemble.platform == "ensemble" and ensemble.max_batch_size == 16
+    assert [list(o.dims) for o in ensemble.output] == [[1], [42, 4], [42], [42]]
+    assert nms.parameters["conf_threshold"].string_value == "0.3"
+    assert nms.parameters["iou_threshold"].string_value == "0.6"
+    assert nms.parameters["layout"].string_value == "v8"
+    assert nms.instance_group[0].count == 3
+    assert pre.dynamic_batching.max_queue_delay_microseconds == 1234
+    assert pre.dynamic_batching.default_queue_policy.max_queue_size == 7
+    assert pre.dynamic_batching.default_queue_policy.timeout_action == mc.ModelQueuePolicy.REJECT
+    assert pre.parameters["reduced_decode"].string_value == "false"
+    assert list(pre.output[0].dims) == [64, 64, 3] and pre.output[0].data_type == mc.TYPE_UINT8
+
+
+def test_normalise_in_preprocess_sends_float_nchw() -> None:
+    info = served(input_dtype=TensorProto.FLOAT)
+    info = DetectorInfo(**{**info.__dict__, "input": TensorInfo("images", TensorProto.FLOAT, ("batch", 3, 64, 64))})
+    models = configs(render_models(info, BuildOptions(normalise_in="preprocess"), EXTRA))
+    pre, detector = models["yolo_preprocess"], models["yolo_detector"]
+    assert pre.output[0].data_type == mc.TYPE_FP32 and list(pre.output[0].dims) == [3, 64, 64]
+    assert pre.parameters["output_dtype"].string_value == "float32"
+    assert list(detector.input[0].dims) == [3, 64, 64]
+
+
+def test_class_names_survive_pbtxt_and_json_escaping() -> None:
+    names = ('say "hi"', "back\\slash", "new\nline", "café", "{0: 'x'}")
+    models = configs(render_models(served(names=names), BuildOptions(), EXTRA))
+    assert json.loads(models["yolo"].parameters["class_names"].string_value) == list(names)
+
+
+@pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
+@pytest.mark.parametrize("tensor", ['out"put', "a\\x41", "onnx::Concat_7", "model/head:0"])
+def test_onnx_tensor_names_reach_the_config_unchanged(target: str, tensor: str) -> None:
+    # ONNX allows any string as a tensor name; pbtxt escapes must not change it ("a\x41" is not "aA").
+    info = served()
+    info = DetectorInfo(**{**info.__dict__, "output": TensorInfo(tensor, TensorProto.FLOAT, ("batch", 6, 64)),
+                           "input": TensorInfo("in\\" + tensor, TensorProto.UINT8, ("batch", 64, 64, 3))})
+    models = configs(render_models(info, BuildOptions(target=target), {"nms": {"raw_output": tensor}}))
+    assert models["yolo_detector"].output[0].name == tensor
+    assert models["yolo_detector"].input[0].name == "in\\" + tensor
+    assert models["yolo_nms"].input[0].name == tensor
+    assert models["yolo_nms"].parameters["raw_output"].string_value == tensor
+    steps = models["yolo"].ensemble_scheduling.step
+    assert set(steps[1].input_map) == {"in\\" + tensor} and set(steps[1].output_map) == {tensor}
+
+
+def test_static_batch_one_on_onnxruntime_limits_the_ensemble() -> None:
+    models = configs(render_models(served(static_batch=1), BuildOptions(target="onnxruntime", max_batch=8), EXTRA))
+    assert models["yolo_detector"].max_batch_size == 1
+    assert models["yolo"].max_batch_size == 1
+    assert models["yolo_preprocess"].max_batch_size == 8
+    assert list(models["yolo_detector"].input[0].dims) == [64, 64, 3]
+
+
+def test_static_batch_three_on_onnxruntime_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"fixed batch of 3.*re-export with dynamic=True"):
+        render_models(served(static_batch=3), BuildOptions(target="onnxruntime"), EXTRA)
+
+
+def test_static_batch_on_embedded_keeps_max_batch() -> None:
+    # The embedded runner cuts and pads batches to the static size itself.
+    assert detector_max_batch(served(static_batch=3), BuildOptions(max_batch=8)) == 8
+    models = configs(render_models(served(static_batch=3), BuildOptions(max_batch=8), EXTRA))
+    assert models["yolo"].max_batch_size == 8
+
+
+def test_strict_undefined_raises_on_a_missing_variable() -> None:
+    template = _environment().get_template("nms.pbtxt.j2")
+    with pytest.raises(jinja2.UndefinedError, match="max_detections"):
+        template.render(name="x", max_batch_size=1, raw_name="o", raw_dtype="TYPE_FP32", raw_dims=[6, 64],
+                        instances=1, instance_kind="KIND_CPU", queue_delay_us=0, queue_timeout_us=0,
+                        max_queue_size=0, parameters={})
+
+
+def test_unknown_field_in_a_config_is_refused() -> None:
+    with pytest.raises(ConfigError, match="rendered config of 'x' is not a valid Triton ModelConfig"):
+        parse_config("x", 'name: "x"\nmax_batch_sise: 4\n')
+    with pytest.raises(ConfigError):
+        parse_config("x", 'name: "x"\ninstance_group [ { kind: KIND_TPU } ]\n')
+
+
+# --- the wiring checker on deliberately broken configs --------------------------------------------------
+
+
+@pytest.fixture
+def good() -> tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]:
+    models = configs(render_models(served(), BuildOptions(max_batch=4), EXTRA))
+    ensemble = models.pop("yolo")
+    check_ensemble_wiring(ensemble, models)  # the unbroken ensemble passes
+    return ensemble, models
+
+
+def test_step_mapping_a_tensor_nothing_produces(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    ensemble.ensemble_scheduling.step[2].input_map["LETTERBOX"] = "letterbox_typo"
+    with pytest.raises(ConfigError, match="input 'LETTERBOX' reads 'letterbox_typo', which nothing produces"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_step_missing_one_of_the_model_inputs(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    del ensemble.ensemble_scheduling.step[2].input_map["LETTERBOX"]
+    with pytest.raises(ConfigError, match=r"step 'yolo_nms' maps inputs \['output0'\] but the model has"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_step_mapping_an_input_the_model_lacks(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    ensemble.ensemble_scheduling.step[1].input_map["extra"] = "preprocessed"
+    with pytest.raises(ConfigError, match="step 'yolo_detector' maps inputs"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_step_mapping_an_output_the_model_lacks(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    ensemble.ensemble_scheduling.step[0].output_map["SCALE"] = "scale"
+    with pytest.raises(ConfigError, match="maps output 'SCALE', which the model does not have"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_dtype_mismatch(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    models["yolo_detector"].input[0].data_type = mc.TYPE_FP32
+    with pytest.raises(ConfigError, match=r"'preprocessed' from 'yolo_preprocess' output 'PREPROCESSED' is "
+                                          r"TYPE_UINT8 \[64, 64, 3\] but 'yolo_detector' input "
+                                          r"'images_bgr_u8' expects TYPE_FP32"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_dims_mismatch(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    models["yolo_detector"].input[0].dims[:] = [3, 64, 64]
+    with pytest.raises(ConfigError, match=r"expects TYPE_UINT8 \[3, 64, 64\]"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_dynamic_dims_agree_with_fixed_ones(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    models["yolo_detector"].input[0].dims[:] = [-1, -1, 3]
+    check_ensemble_wiring(ensemble, models)
+    models["yolo_detector"].input[0].dims[:] = [-1, -1]
+    with pytest.raises(ConfigError, match="expects"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_ensemble_output_mismatch(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    ensemble.output[1].dims[:] = [99, 4]
+    with pytest.raises(ConfigError, match=r"ensemble output 'detection_boxes' is declared TYPE_FP32 \[99, 4\]"):
+        check_ensemble_wiring(ensemble, models)
+    ensemble.output[1].dims[:] = [100, 4]
+    ensemble.output[1].name = "boxes"
+    with pytest.raises(ConfigError, match="ensemble output 'boxes' is not produced by any step"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_ensemble_batch_above_a_composing_model(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    models["yolo_nms"].max_batch_size = 2
+    with pytest.raises(ConfigError, match="ensemble max_batch_size 4 exceeds 'yolo_nms' max_batch_size 2"):
+        check_ensemble_wiring(ensemble, models)
+
+
+def test_unknown_composing_model(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    del models["yolo_detector"]
+    with pytest.raises(ConfigError, match="uses unknown model 'yolo_detector'"):
+        check_ensemble_wiring(ensemble, models)
