@@ -98,6 +98,9 @@ def batches(
         prefetch_factor=4,
         worker_init_fn=_quiet_worker,
         persistent_workers=False,
+        # Forking a process that holds OpenCV, gRPC or CUDA state can hang the child; spawned workers start
+        # clean (a few seconds each, once).
+        multiprocessing_context="spawn",
     )
     yield from loader
 
