@@ -55,7 +55,8 @@ class TrainConfig:
 
 
 def _param_groups(model: Any) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
+    decay: list[Any] = []
+    no_decay: list[Any] = []
     for name, p in model.named_parameters():
         (no_decay if p.ndim <= 1 or name.endswith(".bias") else decay).append(p)
     return [{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}]
@@ -84,7 +85,8 @@ class _Timer:
     def __init__(self, cuda: bool) -> None:
         import torch
 
-        self.cuda, self.total, self.pending = cuda, 0.0, []
+        self.cuda, self.total = cuda, 0.0
+        self.pending: list[tuple[Any, Any]] = []
         self._torch = torch
         self._t0 = 0.0
         self._start: Any = None
@@ -128,7 +130,10 @@ def train(out: Path, cfg: TrainConfig, summary_path: Path | None = None) -> Path
     model = TinyYolo(len(CLASS_NAMES), cfg.imgsz)
     if cfg.init is not None:
         model.load_state_dict(torch.load(cfg.init, map_location="cpu", weights_only=True)["model"])
-    model = model.to(device=device, memory_format=torch.channels_last)
+    model = model.to(device)
+    for p in model.parameters():  # channels-last convolutions: faster with cuDNN and on CPU
+        if p.ndim == 4:
+            p.data = p.data.contiguous(memory_format=torch.channels_last)
     ema = copy.deepcopy(model).eval()
     for p in ema.parameters():
         p.requires_grad_(False)
