@@ -12,13 +12,13 @@ import hashlib
 import json
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from generator import __version__
 from generator.builder.tensorrt.availability import MachineFacts
-from generator.builder.tensorrt.profiles import ShapeProfile
+from generator.builder.tensorrt.compatibility import parse_version, plan_loads, short
 from generator.errors import GeneratorError
 
 MANIFEST_NAME = "manifest.json"
@@ -42,40 +42,66 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class PlanFacts:
-    """Where a TensorRT plan was built: what decides whether it loads elsewhere."""
+    """The TensorRT plan: what was asked of it (always known) and where it was built (once it is).
 
-    tensorrt_version: str
-    cuda_version: str | None
-    gpu_name: str
-    compute_capability: str
+    A ``--defer-plan`` build records the request with ``status`` "pending"; ``python -m generator plan``
+    fills in the built facts, which decide where the plan loads.
+    """
+
+    plan_file: str  # repository-relative, e.g. "yolo_detector/1/model.plan"
+    spec_file: str | None = None  # its build_spec.json
+    status: str = "built"  # "pending" | "built"
     triton_image: str | None = None
     hardware_compatibility: str = "none"  # "ampere_plus": runs on any compute capability >= 8.0
     version_compatible: bool = False  # built with BuilderFlag.VERSION_COMPATIBLE
-    plan_files: tuple[str, ...] = ()
+    profile: Mapping[str, Any] | None = None  # the optimization profile, as in the build spec
+    tensorrt_version: str | None = None
+    cuda_version: str | None = None
+    driver_version: str | None = None
+    gpu_name: str | None = None
+    compute_capability: str | None = None
+    build_seconds: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.status == "pending" or self.tensorrt_version is None
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "tensorrt_version": self.tensorrt_version,
-            "cuda_version": self.cuda_version,
-            "gpu_name": self.gpu_name,
-            "compute_capability": self.compute_capability,
+            "status": "pending" if self.pending else "built",
+            "plan_file": self.plan_file,
+            "spec_file": self.spec_file,
             "triton_image": self.triton_image,
             "hardware_compatibility": self.hardware_compatibility,
             "version_compatible": self.version_compatible,
-            "plan_files": list(self.plan_files),
+            "profile": dict(self.profile) if self.profile is not None else None,
+            "tensorrt_version": self.tensorrt_version,
+            "cuda_version": self.cuda_version,
+            "driver_version": self.driver_version,
+            "gpu_name": self.gpu_name,
+            "compute_capability": self.compute_capability,
+            "build_seconds": self.build_seconds,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PlanFacts:
+        """Also reads the first layout (built facts only, ``plan_files`` list)."""
+        plan_file = data.get("plan_file") or (list(data.get("plan_files") or []) or [""])[0]
+        version = data.get("tensorrt_version")
         return cls(
-            tensorrt_version=str(data["tensorrt_version"]),
-            cuda_version=data.get("cuda_version"),
-            gpu_name=str(data["gpu_name"]),
-            compute_capability=str(data["compute_capability"]),
+            plan_file=str(plan_file),
+            spec_file=data.get("spec_file"),
+            status=str(data.get("status") or ("built" if version else "pending")),
             triton_image=data.get("triton_image"),
-            hardware_compatibility=str(data.get("hardware_compatibility", "none")),
+            hardware_compatibility=str(data.get("hardware_compatibility") or "none"),
             version_compatible=bool(data.get("version_compatible", False)),
-            plan_files=tuple(data.get("plan_files", ())),
+            profile=data.get("profile"),
+            tensorrt_version=None if version is None else str(version),
+            cuda_version=data.get("cuda_version"),
+            driver_version=data.get("driver_version"),
+            gpu_name=data.get("gpu_name"),
+            compute_capability=None if data.get("compute_capability") is None else str(data["compute_capability"]),
+            build_seconds=data.get("build_seconds"),
         )
 
 
@@ -95,7 +121,6 @@ class Manifest:
     calibration_method: str | None = None
     calibration_digest: str | None = None
     max_batch: int | None = None
-    profiles: tuple[ShapeProfile, ...] = ()
     plan: PlanFacts | None = None
     source_onnx_path: str | None = None
     # Other build facts (detector layout, class names, precision details) kept verbatim.
@@ -119,7 +144,6 @@ class Manifest:
                 },
                 "max_batch": self.max_batch,
                 "calibration": {"method": self.calibration_method, "digest": self.calibration_digest},
-                "profiles": [p.to_json() for p in self.profiles],
                 "validation_skipped": self.validation_skipped,
                 "validation": self.validation,
                 "tensorrt": self.plan.to_json() if self.plan is not None else None,
@@ -171,7 +195,6 @@ class Manifest:
                 calibration_method=calibration.get("method") or facts.get("calibration_method"),
                 calibration_digest=calibration.get("digest") or facts.get("calibration_digest"),
                 max_batch=data.get("max_batch"),
-                profiles=tuple(ShapeProfile.from_json(p) for p in data.get("profiles") or ()),
                 plan=PlanFacts.from_json(data["tensorrt"]) if data.get("tensorrt") else None,
                 source_onnx_path=source.get("path"),
                 extra={k: v for k, v in data.items() if k not in known},
@@ -186,7 +209,9 @@ class Manifest:
 class Mismatch:
     """One reason the repository differs from its build or will not load here."""
 
-    kind: str  # file_changed | file_missing | file_added | tensorrt_missing | tensorrt_version | gpu_missing | compute_capability | cuda_version
+    # file_changed | file_missing | file_added | plan_pending | tensorrt_missing | tensorrt_version |
+    # gpu_missing | compute_capability | cuda_version
+    kind: str
     subject: str
     message: str
 
@@ -215,17 +240,6 @@ def hash_files(files: Mapping[str, bytes]) -> dict[str, str]:
 def hash_repository(repository: Path) -> dict[str, str]:
     """sha256 of every file under ``repository`` except manifest.json and runtime caches."""
     return {rel: sha256_file(repository / rel) for rel in _repository_files(repository)}
-
-
-def write_manifest(repository: Path, manifest: Manifest) -> Manifest:
-    """Hash the repository as it is on disk, then write ``manifest.json``; returns what was written."""
-    if not repository.is_dir():
-        raise ManifestError(f"{repository} is not a directory")
-    final = replace(manifest, files=hash_repository(repository))
-    tmp = repository / f".{MANIFEST_NAME}.tmp"
-    tmp.write_text(json.dumps(final.to_json(), indent=2) + "\n")
-    tmp.replace(repository / MANIFEST_NAME)
-    return final
 
 
 def read_manifest(repository: Path) -> Manifest:
@@ -259,13 +273,38 @@ def rebuild_command(manifest: Manifest, repository: Path) -> str:
     return shlex.join([*parts, "--output", str(repository)])
 
 
+def plan_command(repository: Path, force: bool = False) -> str:
+    """The command that builds (or rebuilds) a repository's plan from its build spec on this machine."""
+    return shlex.join(["python", "-m", "generator", "plan", str(repository), *(["--force"] if force else [])])
+
+
+def server_flags(manifest: Manifest) -> list[str]:
+    """tritonserver flags this repository needs beyond the usual ones (deploy and ``generator serve`` add them).
+
+    A version-compatible plan embeds the lean runtime's host code, which the TensorRT backend deserialises
+    only when told to (tensorrt_backend tensorrt.cc TRITONBACKEND_Initialize -> loader.cc LoadPlan:
+    setEngineHostCodeAllowed); without the flag the model fails to load.
+    """
+    if manifest.plan is not None and manifest.plan.version_compatible:
+        return ["--backend-config=tensorrt,version-compatible=true"]
+    return []
+
+
 def compare(manifest: Manifest, machine: MachineFacts | None, repository: Path) -> list[Mismatch]:
     """Everything that differs. ``machine=None`` checks files only (no TensorRT/GPU comparison)."""
     rebuild = rebuild_command(manifest, repository)
     mismatches = _compare_files(manifest, repository, rebuild)
-    if machine is not None and manifest.plan is not None:
-        mismatches += _compare_plan(manifest.plan, machine, rebuild)
-    return mismatches
+    plan = manifest.plan
+    if machine is None or plan is None:
+        return mismatches
+    if plan.pending:
+        where = plan.triton_image or "the Triton image that will serve it"
+        mismatches.append(Mismatch(
+            "plan_pending", plan.plan_file,
+            f"the TensorRT plan has not been built yet (--defer-plan); on the GPU host that will serve it, in the "
+            f"NGC TensorRT image of the same release as {where}, run: {plan_command(repository)}"))
+        return mismatches
+    return mismatches + _compare_plan(plan, machine, plan_command(repository, force=True))
 
 
 def _compare_files(manifest: Manifest, repository: Path, rebuild: str) -> list[Mismatch]:
@@ -300,98 +339,60 @@ def _compare_files(manifest: Manifest, repository: Path, rebuild: str) -> list[M
     return out
 
 
-def _compare_plan(plan: PlanFacts, machine: MachineFacts, rebuild: str) -> list[Mismatch]:
-    built_on = f"TensorRT {_short(plan.tensorrt_version)} on {plan.gpu_name} (compute capability {plan.compute_capability})"
+def _compare_plan(plan: PlanFacts, machine: MachineFacts, replan: str) -> list[Mismatch]:
+    built = plan.tensorrt_version or "?"
+    built_on = f"TensorRT {short(built)} on {plan.gpu_name} (compute capability {plan.compute_capability})"
     out: list[Mismatch] = []
     if machine.tensorrt_version is None:
-        out.append(
-            Mismatch(
-                "tensorrt_missing",
-                "tensorrt",
-                f"the plan was built with {built_on} but this machine has no TensorRT, so it cannot tell whether the "
-                f"plan loads; run check on the serving GPU host (in {plan.triton_image or 'the target Triton image'}) "
-                "or pass --files-only to check file integrity only",
-            )
-        )
-    elif not _tensorrt_compatible(plan, machine.tensorrt_version):
-        out.append(
-            Mismatch(
-                "tensorrt_version",
-                "tensorrt",
-                f"plan built with TensorRT {_short(plan.tensorrt_version)} but this machine has "
-                f"{_short(machine.tensorrt_version)}; rebuild the plan on this machine ({rebuild})",
-            )
-        )
-    if not machine.gpus:
-        out.append(
-            Mismatch(
-                "gpu_missing",
-                "gpu",
-                f"the plan was built for {plan.gpu_name} (compute capability {plan.compute_capability}) but this "
-                "machine has no visible NVIDIA GPU; serve it on a GPU host with that architecture",
-            )
-        )
-    for index, gpu in enumerate(machine.gpus):
-        if not _capability_compatible(plan, gpu.compute_capability):
-            allowed = (
-                ">= 8.0 (AMPERE_PLUS)"
-                if plan.hardware_compatibility == "ampere_plus"
-                else plan.compute_capability
-            )
-            out.append(
-                Mismatch(
-                    "compute_capability",
-                    f"gpu{index}",
-                    f"plan built for compute capability {allowed} ({plan.gpu_name}) but GPU {index} here is "
-                    f"{gpu.name} with {gpu.compute_capability}; rebuild the plan on this machine ({rebuild})",
-                )
-            )
-    if (
-        plan.cuda_version
-        and machine.cuda_version
-        and _major(plan.cuda_version) > _major(machine.cuda_version)
-    ):
-        out.append(
-            Mismatch(
-                "cuda_version",
-                "cuda",
-                f"plan built with CUDA {plan.cuda_version} but this machine's driver supports CUDA "
-                f"{machine.cuda_version}; update the NVIDIA driver or rebuild the plan here ({rebuild})",
-            )
-        )
+        image = plan.triton_image or "the target Triton image"
+        out.append(Mismatch(
+            "tensorrt_missing", "tensorrt",
+            f"the plan was built with {built_on} but this machine has no TensorRT library (libnvinfer), so it "
+            f"cannot tell whether the plan loads; run check on the serving GPU host (in {image}) or pass "
+            "--files-only to check file integrity only"))
+    else:
+        verdict = plan_loads(built, machine.tensorrt_version, plan.version_compatible)
+        if not verdict.loads:
+            source = f" ({machine.tensorrt_source})" if machine.tensorrt_source else ""
+            out.append(Mismatch(
+                "tensorrt_version", "tensorrt",
+                f"plan built with TensorRT {short(built)} but this machine has {short(machine.tensorrt_version)}"
+                f"{source}: {verdict.reason}; rebuild the plan with this TensorRT on this GPU: {replan} (in the "
+                "NGC TensorRT image of this Triton image's release)"))
+    out += _compare_gpus(plan, machine, replan)
+    if plan.cuda_version and machine.cuda_version and _major(plan.cuda_version) > _major(machine.cuda_version):
+        out.append(Mismatch(
+            "cuda_version", "cuda",
+            f"plan built with CUDA {plan.cuda_version} but this machine's driver supports CUDA "
+            f"{machine.cuda_version}; update the NVIDIA driver or rebuild the plan here ({replan})"))
     return out
 
 
-def _tensorrt_compatible(plan: PlanFacts, here: str) -> bool:
-    """Plans need the same TensorRT (major.minor.patch); version-compatible plans run on newer 10.x+."""
-    built, current = _version_tuple(plan.tensorrt_version), _version_tuple(here)
-    if plan.version_compatible:
-        return current[:1] == built[:1] and current[:3] >= built[:3]
-    return current[:3] == built[:3]
+def _compare_gpus(plan: PlanFacts, machine: MachineFacts, replan: str) -> list[Mismatch]:
+    if not machine.gpus:
+        return [Mismatch(
+            "gpu_missing", "gpu",
+            f"the plan was built for {plan.gpu_name} (compute capability {plan.compute_capability}) but this "
+            "machine has no visible NVIDIA GPU; serve it on a GPU host with that architecture")]
+    out = []
+    for index, gpu in enumerate(machine.gpus):
+        if not _capability_compatible(plan, gpu.compute_capability):
+            allowed = ">= 8.0 (AMPERE_PLUS)" if plan.hardware_compatibility == "ampere_plus" else plan.compute_capability
+            out.append(Mismatch(
+                "compute_capability", f"gpu{index}",
+                f"plan built for compute capability {allowed} ({plan.gpu_name}) but GPU {index} here is "
+                f"{gpu.name} with {gpu.compute_capability}; rebuild the plan on this machine ({replan})"))
+    return out
 
 
 def _capability_compatible(plan: PlanFacts, here: str) -> bool:
     if plan.hardware_compatibility == "ampere_plus":
-        return _version_tuple(here) >= (8, 0)
-    return _version_tuple(here)[:2] == _version_tuple(plan.compute_capability)[:2]
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def _short(version: str) -> str:
-    return ".".join(str(p) for p in _version_tuple(version)[:2]) or version
+        return parse_version(here) >= (8, 0)
+    return parse_version(here)[:2] == parse_version(plan.compute_capability or "")[:2]
 
 
 def _major(version: str) -> int:
-    parts = _version_tuple(version)
+    parts = parse_version(version)
     return parts[0] if parts else 0
 
 

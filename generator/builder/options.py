@@ -21,7 +21,10 @@ Target = Literal["embedded", "onnxruntime", "tensorrt"]
 Precision = Literal["fp32", "fp16", "int8"]
 NormaliseIn = Literal["graph", "preprocess"]
 CalibrationMethod = Literal["minmax", "entropy", "percentile"]
+Int8Tool = Literal["ort", "modelopt"]
+Int8Float = Literal["auto", "fp16", "fp32"]
 HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
+Device = Literal["cpu", "gpu"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 # Triton model names become directory names and pbtxt strings: keep them boring.
@@ -67,11 +70,20 @@ class PrecisionOptions:
     int8_exclude: tuple[str, ...] = option((), "--int8-exclude", "extra node names kept in float "
                                            "(the score head always is)", nargs="*", metavar="NODE",
                                            group="precision")
+    int8_tool: Int8Tool = option("ort", "--int8-tool", "what places the INT8 Q/DQ: ort (ONNX Runtime's quantizer "
+                                 "configured like Model Optimizer) or modelopt (NVIDIA Model Optimizer; "
+                                 "pip install '.[int8-modelopt]', brings torch)", group="precision")
+    int8_float: Int8Float = option("auto", "--int8-float", "type of the layers INT8 leaves unquantized (the "
+                                   "head tail stays fp32); auto: fp16, but fp32 for --target onnxruntime, "
+                                   "whose ONNX Runtime before 1.32 truncates FP16 QuantizeLinear on the CPU",
+                                   group="precision")
     fp16_keep: tuple[str, ...] = option((), "--fp16-keep", "extra node names kept in FP32 for --precision fp16",
                                         nargs="*", metavar="NODE", group="precision")
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)
+        if self.int8_tool == "modelopt" and self.calib_method == "percentile":
+            raise SpecError("--int8-tool modelopt calibrates with --calib-method minmax or entropy, not percentile")
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,11 @@ class TensorRTOptions:
                                "Triton image that will serve the plan (recorded in the manifest)", group="tensorrt")
     timeout_s: float = option(3600.0, "--tensorrt-timeout-s", "give up on a plan build after this long",
                               low=1.0, high=86_400.0, group="tensorrt")
+    # A plan only loads on the TensorRT and GPU that built it, so the repository can be made anywhere and
+    # the plan added on the serving host: `python -m generator plan REPOSITORY` there.
+    defer_plan: bool = option(False, "--defer-plan", "write everything but model.plan (served ONNX, build spec, "
+                              "configs, warmup data) without TensorRT; complete it on the GPU host with "
+                              "`python -m generator plan REPOSITORY`", group="tensorrt")
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)
@@ -127,6 +144,14 @@ class BuildOptions:
 
     name: str = option("yolo", "--name", "ensemble name; composing models are NAME_<step>")
     target: Target = option("embedded", "--target", "what the detector step becomes")
+    # None: the target's own device (embedded: CPU, onnxruntime: CPU, tensorrt: GPU).
+    device: Device | None = option(None, "--device", "where the detector runs: onnxruntime cpu (default) or "
+                                   "gpu; tensorrt is always gpu, embedded always cpu")
+    ort_tensorrt: bool = option(False, "--ort-tensorrt", "onnxruntime --device gpu: run the graph through "
+                                "ONNX Runtime's TensorRT execution provider (engine cache, precision from the "
+                                "graph) instead of CUDA alone")
+    ort_engine_cache: str = option("/tmp/triton-ort-trt-engines", "--ort-engine-cache", "where the serving "
+                                   "container keeps --ort-tensorrt engines (a writable path there)")
     precision: Precision = option("fp32", "--precision", "graph precision (FP16/INT8 pass an accuracy gate)")
     max_batch: int = option(8, "--max-batch", "max_batch_size of the composing models", low=1, high=1024)
     conf_threshold: float = option(0.25, "--conf-threshold", "minimum score kept by NMS", low=0.0, below=1.0)
@@ -172,6 +197,28 @@ class BuildOptions:
         for flag, value in (("--conf-threshold", self.conf_threshold), ("--iou-threshold", self.iou_threshold)):
             if math.isnan(value):
                 raise SpecError(f"{flag} must be a number, got nan")
+        self._check_target_fields()
+
+    def _check_target_fields(self) -> None:
+        """Devices and engines each target can use (Triton refuses the rest when it loads the model)."""
+        if self.target == "tensorrt" and self.device == "cpu":
+            raise SpecError("--target tensorrt runs on the GPU only (Triton's TensorRT backend refuses KIND_CPU); "
+                            "use --target onnxruntime --device cpu for a CPU server")
+        if self.target == "embedded" and self.device == "gpu":
+            raise SpecError("--target embedded runs ONNX Runtime on the CPU inside the Python backend; "
+                            "use --target onnxruntime --device gpu (or --target tensorrt) for a GPU")
+        if self.ort_tensorrt and (self.target != "onnxruntime" or self.device != "gpu"):
+            raise SpecError("--ort-tensorrt is ONNX Runtime's TensorRT execution provider on a GPU: "
+                            "use it with --target onnxruntime --device gpu")
+        if self.tensorrt.defer_plan and self.target != "tensorrt":
+            raise SpecError("--defer-plan leaves the TensorRT plan to build later: use it with --target tensorrt")
+
+    @property
+    def detector_device(self) -> Device:
+        """The device the detector's instances run on."""
+        if self.device is not None:
+            return self.device
+        return "gpu" if self.target == "tensorrt" else "cpu"
 
     @property
     def model_names(self) -> dict[str, str]:

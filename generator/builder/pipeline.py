@@ -18,6 +18,9 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from generator.builder.config.detector_io import DetectorIO, declared_io, detector_io
+from generator.builder.config.load_rules import check_repository
+from generator.builder.config.model_io import ModelIO, onnxruntime_io
 from generator.builder.config.render import render_models
 from generator.builder.declarations import to_flags, to_record
 from generator.builder.graph.prefix import SERVED_INPUT, add_normalisation_prefix
@@ -144,8 +147,7 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
         calibration_method=precision_facts.get("calibration_method"),
         calibration_digest=precision_facts.get("calibration_digest"),
         max_batch=options.max_batch,
-        plan=PlanFacts.from_json({**plan, "plan_files": [f"{options.model_names['detector']}/1/model.plan"]})
-        if plan else None,
+        plan=PlanFacts.from_json(plan) if plan else None,
         extra={
             "detector": {
                 "layout": info.layout,
@@ -190,25 +192,44 @@ def _served_graph(model: onnx.ModelProto, info: DetectorInfo, options: BuildOpti
     return served, info_served
 
 
-def _detector_files(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions
-                    ) -> tuple[dict[str, bytes], dict[str, object], dict[str, object] | None]:
-    """The detector model's files, config overrides derived from a plan, and the plan's manifest facts."""
+@dataclass(frozen=True)
+class DetectorBuild:
+    """The detector model's files, its config I/O, the I/O its backend will check, and the plan record."""
+
+    files: dict[str, bytes]
+    io: DetectorIO
+    backend_io: ModelIO | None  # platform detectors: what Triton's backend compares the config with
+    plan: dict[str, object] | None = None
+    pending: tuple[str, ...] = ()  # files written later (a deferred plan)
+
+
+def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions) -> DetectorBuild:
+    """Files and config I/O of the detector: the served ONNX, or the TensorRT plan and its inputs."""
     detector = options.model_names["detector"]
     if options.target != "tensorrt":
-        return {f"{detector}/1/model.onnx": served.SerializeToString()}, {}, None
-    from generator.builder.tensorrt.step import build_tensorrt_detector
+        onnx_bytes = served.SerializeToString()
+        backend_io = onnxruntime_io(onnx_bytes) if options.target == "onnxruntime" else None
+        io = detector_io(backend_io or declared_io(info_served), info_served, options)
+        files = {f"{detector}/1/model.onnx": onnx_bytes}
+        if io.warmup is not None:
+            files[f"{detector}/warmup/{io.warmup.file}"] = io.warmup.data
+        return DetectorBuild(files, io, backend_io)
+    from generator.builder.tensorrt.step import engine_of, tensorrt_detector
 
-    artifacts = build_tensorrt_detector(served, info_served, options)
+    artifacts = tensorrt_detector(served, info_served, options)
     files = {f"{detector}/{path}": data for path, data in artifacts.files.items()}
-    return files, artifacts.overrides, artifacts.manifest
+    plan = {**artifacts.plan, "plan_file": f"{detector}/{artifacts.plan['plan_file']}",
+            "spec_file": f"{detector}/{artifacts.plan['spec_file']}"}
+    pending = (plan["plan_file"],) if artifacts.report is None else ()
+    return DetectorBuild(files, artifacts.request.detector, engine_of(artifacts), plan, pending)
 
 
-def _model_files(info_served: DetectorInfo, options: BuildOptions, overrides: dict[str, object]
+def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: DetectorBuild
                  ) -> tuple[dict[str, bytes], tuple[str, ...]]:
     """Every config.pbtxt, the ensemble's version folder and the Python-backend sources."""
     names = options.model_names
     extra = step_parameters(options, info_served.output.name)
-    rendered = render_models(info_served, options, extra, detector_overrides=overrides)
+    rendered = render_models(info_served, options, extra, detector=detector.io)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
     files[f"{options.name}/1/.keep"] = b""  # an ensemble still needs a version folder
     for step, source in _STEP_SOURCES.items():
@@ -230,10 +251,10 @@ def build_repository(
     ``precision_transform`` replaces the default precision stage (``generator.builder.precision.step``).
     """
     require_domain_data(onnx_path, options)
-    if options.target == "tensorrt":
-        from generator.builder.tensorrt.availability import require_tensorrt_and_gpu
+    if options.target == "tensorrt" and not options.tensorrt.defer_plan:
+        from generator.builder.tensorrt.child import probe_builder
 
-        require_tensorrt_and_gpu()  # before any work: say what to install and where to run
+        probe_builder()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
     model = onnx.load(str(onnx_path))
     precision_facts: dict[str, str] = {}
@@ -244,14 +265,20 @@ def build_repository(
             precision_transform = make_precision_transform(options.calibration)
         model, precision_facts = precision_transform(model, info, options)
     served, info_served = _served_graph(model, info, options)
-    files, overrides, plan = _detector_files(served, info_served, options)
-    model_files, models = _model_files(info_served, options, overrides)
+    detector = _detector_build(served, info_served, options)
+    files = dict(detector.files)
+    model_files, models = _model_files(info_served, options, detector)
     files.update(model_files)
+    backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
+    check_repository(files, backend_io, set(detector.pending))
     validated = options.precision != "fp32" and options.gate.enabled
     if validated:
         files.update(_run_gate(onnx_path, served, info, info_served.layout, options))
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
-                         validated, plan)
+                         validated, detector.plan)
     files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()
     write_repository(output, files, force=force)
+    if detector.pending:
+        logger.info("The TensorRT plan is still to be built: on the serving GPU host run "
+                    "python -m generator plan %s", output)
     return BuildResult(output, info, models, manifest)

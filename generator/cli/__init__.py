@@ -13,6 +13,8 @@ COMMANDS = {
     "build": ("build", "Build a Triton model repository (ensemble) from a YOLO ONNX."),
     "serve": ("serve", "Run the embedded Triton server on loopback for a model repository."),
     "check": ("check", "Compare a repository's manifest with this machine (TensorRT, GPU, file hashes)."),
+    "plan": ("plan", "Build the TensorRT plan of a --defer-plan repository on this GPU host."),
+    "selftest": ("selftest", "GPU host: build the demo as an FP16 plan, serve it, compare with the FP32 reference."),
     "validate": ("validate", "Accuracy gate: compare a built repository with the FP32 reference (mAP)."),
 }
 

@@ -2,9 +2,14 @@
 
 Exit 0 when everything matches; otherwise exit 1 with one actionable line per mismatch.
 Every repository gets its files checked against the manifest hashes. A repository holding a
-TensorRT plan is also compared with this machine's TensorRT, CUDA driver and GPUs; where there is
-no TensorRT that comparison cannot be made, which is a failure (a plan that was not checked is
-not known to load) unless ``--files-only`` asks for the file check alone.
+TensorRT plan is also compared with this machine's TensorRT library (``libnvinfer``, the one Triton's
+TensorRT backend will deserialise the plan with; no ``tensorrt`` Python package needed), CUDA driver
+and GPUs; where there is no TensorRT that comparison cannot be made, which is a failure (a plan that
+was not checked is not known to load) unless ``--files-only`` asks for the file check alone. A
+repository whose plan is still to be built (``--defer-plan``) says which command builds it.
+
+Only the standard library is imported, so the check runs in a Triton image with just this project's
+source on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -24,10 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="only check file hashes; skip the TensorRT/GPU comparison (for machines that will not serve the plan)",
     )
+    parser.add_argument(
+        "--server-flags",
+        action="store_true",
+        help="print only the tritonserver flags this repository needs on stdout (for entrypoints: "
+        "flags=$(python -m generator check --server-flags DIR) && exec tritonserver ... $flags); reports go to stderr",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from generator.builder.manifest import compare, read_manifest
+    from generator.builder.manifest import compare, plan_command, read_manifest, server_flags
 
     repository: Path = args.repository
     if not repository.is_dir():
@@ -43,12 +54,26 @@ def run(args: argparse.Namespace) -> int:
     mismatches = compare(manifest, machine, repository)
     for mismatch in mismatches:
         print(f"mismatch: {mismatch.message}", file=sys.stderr)
+    flags = server_flags(manifest)
+    report = sys.stderr if args.server_flags else sys.stdout
+    if args.server_flags:
+        print(" ".join(flags))
+    elif flags:
+        print(f"{repository}: Triton needs {' '.join(flags)} to load this plan (version-compatible)")
     if mismatches:
         print(f"{repository}: {len(mismatches)} mismatch(es)", file=sys.stderr)
         return 1
-    scope = "files" if manifest.plan is None or args.files_only else "files, TensorRT and GPU"
+    plan = manifest.plan
+    if plan is not None and plan.pending:
+        scope = "files checked; the TensorRT plan is still to be built: " + plan_command(repository)
+    elif plan is None or args.files_only:
+        scope = "files checked"
+    else:
+        source = f" ({machine.tensorrt_source})" if machine and machine.tensorrt_source else ""
+        scope = f"files, TensorRT{source} and GPU checked"
     print(
-        f"{repository}: {len(manifest.files)} files match the manifest ({scope} checked; "
-        f"target {manifest.target}, precision {manifest.precision})"
+        f"{repository}: {len(manifest.files)} files match the manifest ({scope}; "
+        f"target {manifest.target}, precision {manifest.precision})",
+        file=report,
     )
     return 0

@@ -78,12 +78,21 @@ def test_build_passes_the_gate_and_records_its_threshold(precision_repositories,
         assert len(manifest["calibration"]["digest"]) == 64
 
 
-def test_int8_graph_carries_explicit_qdq(precision_repositories) -> None:
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_served_graph_is_what_tensorrt_parses(precision_repositories, precision) -> None:
     import onnx
 
-    model = onnx.load(str(precision_repositories["int8"] / "yolo_int8_detector" / "1" / "model.onnx"))
-    ops = {node.op_type for node in model.graph.node}
-    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    from generator.builder.precision.tensorrt_compat import find_incompatibilities
+
+    repository = precision_repositories[precision]
+    model = onnx.load(str(repository / f"yolo_{precision}_detector" / "1" / "model.onnx"))
+    assert find_incompatibilities(model) == []
+    if precision == "int8":
+        ops = {node.op_type for node in model.graph.node}
+        assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+        facts = json.loads((repository / "manifest.json").read_text())["precision_facts"]
+        assert facts["int8_tool"] == "ort" and facts["int8_float"] == "fp16"
+        assert facts["quantization"].endswith(")") and "INT32" not in facts["quantization"]
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

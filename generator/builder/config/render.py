@@ -7,9 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import jinja2
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from generator.builder.config.detector_io import (
+    DetectorIO,
+    declared_io,
+    detector_io,
+    image_layout,
+    item_image_dims,
+)
+from generator.builder.config.load_rules import check_ensemble_wiring, parse
 from generator.builder.onnx_inspect import DetectorInfo
 from generator.builder.options import BuildOptions
 from generator.errors import ConfigError
@@ -20,6 +27,8 @@ _DETECTOR_TEMPLATES = {
     "onnxruntime": "detector_onnxruntime.pbtxt.j2",
     "tensorrt": "detector_tensorrt.pbtxt.j2",
 }
+# ONNX Runtime's TensorRT provider builds in the graph's own precision (Q/DQ needs INT8 enabled).
+_ORT_TENSORRT_PRECISION = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8"}
 
 
 def _pbtxt_string(value: object) -> str:
@@ -40,10 +49,6 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _dims(shape: tuple[int | str, ...]) -> list[int]:
-    return [d if isinstance(d, int) else -1 for d in shape]
-
-
 @dataclass(frozen=True)
 class RenderedModel:
     name: str
@@ -53,38 +58,120 @@ class RenderedModel:
 
 def parse_config(name: str, text: str) -> mc.ModelConfig:
     """Parse ``text`` with Triton's ModelConfig proto; unknown fields or bad enums raise ConfigError."""
-    try:
-        return text_format.Parse(text, mc.ModelConfig())
-    except text_format.ParseError as exc:
-        raise ConfigError(f"rendered config of '{name}' is not a valid Triton ModelConfig: {exc}") from exc
+    return parse(name, text)
 
 
-def detector_max_batch(info: DetectorInfo, options: BuildOptions) -> int:
-    """The detector's max_batch_size: a static-batch export limits what a platform backend can take."""
-    if info.static_batch is None or options.target == "embedded":
-        return options.max_batch  # the embedded runner cuts and pads batches to the static size
-    if info.static_batch == 1:
-        return 1
-    raise ConfigError(
-        f"the ONNX has a fixed batch of {info.static_batch}, which Triton's {options.target} backend can only "
-        "run with exactly that many images; re-export with dynamic=True (or batch=1), or use --target embedded"
-    )
+def ort_tensorrt_accelerator(io: DetectorIO, options: BuildOptions) -> dict[str, Any]:
+    """ONNX Runtime's TensorRT provider with an engine cache and one profile covering every batch size.
+
+    Without explicit profile shapes the provider rebuilds its engine whenever a larger batch arrives, in
+    the middle of serving; the warmup builds (or loads from the cache) the one engine at load time.
+    """
+    name = io.input.name
+    if any(ch in name for ch in ",:"):
+        raise ConfigError(f"--ort-tensorrt cannot name input '{name}' in profile shapes (',' or ':' in the name)")
+    if io.warmup is None:
+        raise ConfigError("--ort-tensorrt needs the detector's concrete input shape")
+    item = io.warmup.dims  # one image's shape; the full shape when the detector does not batch
+
+    def shape(batch: int | None) -> str:
+        dims = item if batch is None else (batch, *item)
+        return f"{name}:{'x'.join(map(str, dims))}"
+
+    batches = (None, None, None) if not io.max_batch_size else (
+        1, options.tensorrt.opt_batch or io.max_batch_size, io.max_batch_size)
+    return {"name": "tensorrt", "parameters": {
+        "precision_mode": _ORT_TENSORRT_PRECISION[options.precision],
+        "max_workspace_size_bytes": str(int(options.tensorrt.workspace_gib * (1 << 30))),
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": options.ort_engine_cache,
+        "trt_profile_min_shapes": shape(batches[0]),
+        "trt_profile_opt_shapes": shape(batches[1]),
+        "trt_profile_max_shapes": shape(batches[2]),
+    }}
+
+
+def _detector_context(io: DetectorIO, options: BuildOptions, parameters: dict[str, str],
+                      batching: dict[str, Any], cuda_graphs: bool) -> dict[str, Any]:
+    kind = "KIND_GPU" if options.detector_device == "gpu" else "KIND_CPU"
+    accelerators = [ort_tensorrt_accelerator(io, options)] if options.ort_tensorrt else []
+    return {
+        **batching,
+        "name": options.model_names["detector"],
+        "max_batch_size": io.max_batch_size,
+        "input_name": io.input.name,
+        "input_dtype": io.input.data_type,
+        "input_dims": list(io.input.dims),
+        "output_name": io.output.name,
+        "output_dtype": io.output.data_type,
+        "output_dims": list(io.output.dims),
+        "instances": options.detector_instances,
+        "instance_kind": kind,
+        "cuda_graphs": cuda_graphs,
+        "warmup": io.warmup,
+        "gpu_accelerators": accelerators,
+        "parameters": parameters,
+    }
+
+
+def _preprocess_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, parameters: dict[str, str],
+                        batching: dict[str, Any]) -> dict[str, Any]:
+    height, width = info.image_size
+    limits = options.limits
+    return {
+        **batching,
+        "name": options.model_names["preprocess"],
+        "max_batch_size": options.max_batch,
+        "image_dtype": io.input.data_type,
+        "image_dims": list(item_image_dims(image_layout(options), info.image_size)),
+        "instances": options.preprocess_instances,
+        "parameters": {
+            "input_height": str(height),
+            "input_width": str(width),
+            "max_image_bytes": str(limits.max_bytes),
+            "max_image_pixels": str(limits.max_pixels),
+            "max_image_side": str(limits.max_side),
+            "reduced_decode": "true" if options.reduced_decode else "false",
+            "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
+            **parameters,
+        },
+    }
+
+
+def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, parameters: dict[str, str],
+                 batching: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **batching,
+        "name": options.model_names["nms"],
+        "max_batch_size": options.max_batch,
+        "raw_name": io.output.name,
+        "raw_dtype": io.output.data_type,
+        "raw_dims": list(io.item_output_dims),
+        "max_detections": options.max_detections,
+        "instances": options.nms_instances,
+        "parameters": {
+            "layout": info.layout,
+            "conf_threshold": repr(options.conf_threshold),
+            "iou_threshold": repr(options.iou_threshold),
+            "max_detections": str(options.max_detections),
+            **parameters,
+        },
+    }
 
 
 def render_models(
     info: DetectorInfo,
     options: BuildOptions,
     extra_parameters: dict[str, dict[str, str]] | None = None,
-    detector_overrides: dict[str, Any] | None = None,
+    detector: DetectorIO | None = None,
 ) -> dict[str, RenderedModel]:
     """Render, parse and cross-check the four configs; returns them keyed by model name.
 
-    ``info`` describes the *served* detector graph (after precision and the normalisation prefix).
-    ``detector_overrides`` replaces detector template values, e.g. bindings read from a TensorRT engine.
+    ``info`` describes the *served* detector graph (after precision and the normalisation prefix);
+    ``detector`` is its config I/O as the backend will see it (default: as the ONNX declares it).
     """
     env = _environment()
-    names = options.model_names
-    height, width = info.image_size
+    io = detector or detector_io(declared_io(info), info, options)
     batching = {
         "instance_kind": "KIND_CPU",
         "queue_delay_us": options.queue_delay_us,
@@ -92,131 +179,38 @@ def render_models(
         "max_queue_size": options.max_queue_size,
     }
     extra = extra_parameters or {}
-    limits = options.limits
-    detector = {
-        "name": names["detector"],
-        "max_batch_size": detector_max_batch(info, options),
-        "input_name": info.input.name,
-        "input_dtype": info.input.triton_dtype,
-        "input_dims": _dims(info.input.shape[1:]),
-        "output_name": info.output.name,
-        "output_dtype": info.output.triton_dtype,
-        "output_dims": _dims(info.output.shape[1:]),
-        "instances": options.detector_instances,
-        "cuda_graphs": False,
-        "warmup_file": "",
-        "parameters": extra.get("detector", {}),
-        **batching,
-    }
-    if options.target == "tensorrt":
-        detector["instance_kind"] = "KIND_GPU"
-    detector.update(detector_overrides or {})
+    cuda_graphs = options.target == "tensorrt" and options.tensorrt.cuda_graphs
     contexts: dict[str, tuple[str, dict[str, Any]]] = {
-        "preprocess": ("preprocess.pbtxt.j2", {
-            "name": names["preprocess"],
-            "max_batch_size": options.max_batch,
-            "image_dtype": detector["input_dtype"],
-            "image_dims": [height, width, 3] if options.normalise_in == "graph" else [3, height, width],
-            "instances": options.preprocess_instances,
-            "parameters": {
-                "input_height": str(height),
-                "input_width": str(width),
-                "max_image_bytes": str(limits.max_bytes),
-                "max_image_pixels": str(limits.max_pixels),
-                "max_image_side": str(limits.max_side),
-                "reduced_decode": "true" if options.reduced_decode else "false",
-                "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
-                **extra.get("preprocess", {}),
-            },
-            **batching,
-        }),
-        "detector": (_DETECTOR_TEMPLATES[options.target], detector),
-        "nms": ("nms.pbtxt.j2", {
-            "name": names["nms"],
-            "max_batch_size": options.max_batch,
-            "raw_name": detector["output_name"],
-            "raw_dtype": detector["output_dtype"],
-            "raw_dims": detector["output_dims"],
-            "max_detections": options.max_detections,
-            "instances": options.nms_instances,
-            "parameters": {
-                "layout": info.layout,
-                "conf_threshold": repr(options.conf_threshold),
-                "iou_threshold": repr(options.iou_threshold),
-                "max_detections": str(options.max_detections),
-                **extra.get("nms", {}),
-            },
-            **batching,
-        }),
+        "preprocess": ("preprocess.pbtxt.j2",
+                       _preprocess_context(info, options, io, extra.get("preprocess", {}), batching)),
+        "detector": (_DETECTOR_TEMPLATES[options.target],
+                     _detector_context(io, options, extra.get("detector", {}), batching, cuda_graphs)),
+        "nms": ("nms.pbtxt.j2", _nms_context(info, options, io, extra.get("nms", {}), batching)),
     }
     rendered: dict[str, RenderedModel] = {}
     for step, (template, context) in contexts.items():
         text = env.get_template(template).render(**context)
         rendered[step] = RenderedModel(context["name"], text, parse_config(context["name"], text))
-
-    ensemble_text = env.get_template("ensemble.pbtxt.j2").render(
-        name=options.name,
-        max_batch_size=min(r.config.max_batch_size for r in rendered.values()),
-        max_detections=options.max_detections,
-        preprocess=names["preprocess"],
-        detector=names["detector"],
-        nms=names["nms"],
-        detector_input=detector["input_name"],
-        detector_output=detector["output_name"],
-        parameters={contract.CLASS_NAMES_PARAMETER: json.dumps(list(info.class_names)), **extra.get("ensemble", {})},
-    )
-    ensemble = RenderedModel(options.name, ensemble_text, parse_config(options.name, ensemble_text))
+    ensemble = _render_ensemble(env, info, options, io, rendered, extra.get("ensemble", {}))
     models = {r.name: r for r in (ensemble, *rendered.values())}
     check_ensemble_wiring(ensemble.config, {r.name: r.config for r in rendered.values()})
     return models
 
 
-def _dims_agree(a: list[int], b: list[int]) -> bool:
-    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
-
-
-def check_ensemble_wiring(ensemble: mc.ModelConfig, composing: dict[str, mc.ModelConfig]) -> None:
-    """Check what Triton would only find at load time: names, dtypes, dims and batch sizes agree."""
-    # ensemble tensor name -> (dtype, dims, producer)
-    tensors: dict[str, tuple[int, list[int], str]] = {
-        t.name: (t.data_type, list(t.dims), "ensemble input") for t in ensemble.input
-    }
-    for step in ensemble.ensemble_scheduling.step:
-        model = composing.get(step.model_name)
-        if model is None:
-            raise ConfigError(f"ensemble '{ensemble.name}' uses unknown model '{step.model_name}'")
-        if model.max_batch_size < ensemble.max_batch_size:
-            raise ConfigError(
-                f"ensemble max_batch_size {ensemble.max_batch_size} exceeds '{model.name}' max_batch_size "
-                f"{model.max_batch_size}"
-            )
-        inputs = {t.name: t for t in model.input}
-        outputs = {t.name: t for t in model.output}
-        if set(step.input_map) != set(inputs):
-            raise ConfigError(
-                f"step '{model.name}' maps inputs {sorted(step.input_map)} but the model has {sorted(inputs)}"
-            )
-        for key, tensor_name in step.input_map.items():
-            if tensor_name not in tensors:
-                raise ConfigError(f"step '{model.name}' input '{key}' reads '{tensor_name}', which nothing produces")
-            dtype, dims, producer = tensors[tensor_name]
-            wanted = inputs[key]
-            if dtype != wanted.data_type or not _dims_agree(dims, list(wanted.dims)):
-                raise ConfigError(
-                    f"'{tensor_name}' from {producer} is {mc.DataType.Name(dtype)} {dims} but '{model.name}' "
-                    f"input '{key}' expects {mc.DataType.Name(wanted.data_type)} {list(wanted.dims)}"
-                )
-        for key, tensor_name in step.output_map.items():
-            if key not in outputs:
-                raise ConfigError(f"step '{model.name}' maps output '{key}', which the model does not have")
-            out = outputs[key]
-            tensors[tensor_name] = (out.data_type, list(out.dims), f"'{model.name}' output '{key}'")
-    for out in ensemble.output:
-        if out.name not in tensors:
-            raise ConfigError(f"ensemble output '{out.name}' is not produced by any step")
-        dtype, dims, producer = tensors[out.name]
-        if dtype != out.data_type or not _dims_agree(dims, list(out.dims)):
-            raise ConfigError(
-                f"ensemble output '{out.name}' is declared {mc.DataType.Name(out.data_type)} {list(out.dims)} "
-                f"but {producer} is {mc.DataType.Name(dtype)} {dims}"
-            )
+def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: BuildOptions, io: DetectorIO,
+                     steps: dict[str, RenderedModel], parameters: dict[str, str]) -> RenderedModel:
+    names = options.model_names
+    # A step that does not batch (max_batch_size 0: a static batch-1 export) takes one image per request.
+    max_batch = min(r.config.max_batch_size or 1 for r in steps.values())
+    text = env.get_template("ensemble.pbtxt.j2").render(
+        name=options.name,
+        max_batch_size=max_batch,
+        max_detections=options.max_detections,
+        preprocess=names["preprocess"],
+        detector=names["detector"],
+        nms=names["nms"],
+        detector_input=io.input.name,
+        detector_output=io.output.name,
+        parameters={contract.CLASS_NAMES_PARAMETER: json.dumps(list(info.class_names)), **parameters},
+    )
+    return RenderedModel(options.name, text, parse_config(options.name, text))

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import onnx
 
 from generator.builder.precision.errors import PrecisionError
-from generator.builder.precision.head import DetectionHead, ensure_node_names, find_detection_head
+from generator.builder.precision.head import ensure_node_names, find_detection_head
 
 # Resize: FP16 scales/roi and the converter's Cast insertion around its optional inputs have broken
 # both ONNX Runtime and TensorRT parses; upsampling costs nothing in FP32.
@@ -184,7 +184,3 @@ def _ordered_unique(items: Iterable[str]) -> list[str]:
         seen.setdefault(item, None)
     return list(seen)
 
-
-def head_summary(model: onnx.ModelProto) -> DetectionHead:
-    """The head tail that :func:`convert_fp16` keeps in FP32 (named copy of ``model``)."""
-    return find_detection_head(ensure_node_names(model))

@@ -1,22 +1,36 @@
-"""Explicit INT8 (Q/DQ) quantization with TensorRT-compatible settings.
+"""Explicit INT8 (Q/DQ) in the form TensorRT parses, calibrated on images through the serving preprocess.
 
-TensorRT only runs symmetric INT8 (zero point 0, weights in [-127, 127]) and, from TensorRT 11,
-only explicit Q/DQ networks. onnxruntime's static quantizer produces exactly that with
-``ActivationSymmetric``/``WeightSymmetric`` and per-channel weights; the same graph runs on
-onnxruntime CPU, which is how the accuracy gate measures it without a GPU.
+TensorRT 11 builds only strongly typed networks: INT8 comes from QuantizeLinear/DequantizeLinear in the
+ONNX, and every layer left outside them runs in the type the ONNX gives it. So the graph is made the way
+NVIDIA Model Optimizer (the reference tool for TensorRT Q/DQ) makes it:
+
+- symmetric INT8 (zero points 0), weights per output channel, activations per tensor;
+- Q/DQ on the inputs of the convolutions only (TensorRT's placement guidance: quantize the inputs of
+  weighted layers, not their outputs), so each DQ -> Conv -> SiLU -> Q becomes one INT8 kernel;
+- Conv biases stay float: ONNX Runtime's default ``QuantizeBias`` puts them behind an INT32
+  DequantizeLinear, which TensorRT's parser refuses (issue 10; NVIDIA/TensorRT#4542);
+- the head tail (final class/box convs, DFL, box decode, score sigmoid and after) is excluded and stays FP32;
+- the remaining float layers become FP16 (Model Optimizer's ``high_precision_dtype``): in a strongly
+  typed network they would otherwise run in FP32 and the INT8 plan could be slower than the FP16 one.
+
+Two tools place the Q/DQ: ONNX Runtime's ``quantize_static`` configured as above (the default, no
+extra dependency) or Model Optimizer itself (``tool="modelopt"``, the ``int8-modelopt`` extra; it also
+quantizes residual Adds, pools and concats, and pulls in torch). Both write an FP32 Q/DQ graph; the
+FP16 conversion is ours, because Model Optimizer's converts the head tail as well. The result runs on
+ONNX Runtime CPU, so the accuracy gate measures here the graph TensorRT compiles there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnx
@@ -36,15 +50,26 @@ from generator.builder.precision.calibration import (
 from generator.builder.precision.errors import CalibrationError, PrecisionError
 from generator.builder.precision.head import ensure_node_names, find_detection_head
 
+Int8Tool = Literal["ort", "modelopt"]
+FloatDtype = Literal["fp16", "fp32"]
+INT8_TOOLS: tuple[Int8Tool, ...] = ("ort", "modelopt")
+FLOAT_DTYPES: tuple[FloatDtype, ...] = ("fp16", "fp32")
+# FP16 scales on QuantizeLinear/DequantizeLinear exist from opset 19 (Model Optimizer upgrades to it too).
+QDQ_OPSET = 19
+# The JSON range cache (calibration_cache_path) and FP16 QuantizeLinear that rounds instead of truncating
+# on the CPU (microsoft/onnxruntime#22741, fixed in 1.32): without the fix the gate would measure
+# activations rounded differently from what TensorRT computes.
+MIN_ONNXRUNTIME = (1, 32)
+OP_TYPES_TO_QUANTIZE = ("Conv",)
 _ORT_METHOD_NAMES = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 
 
 @dataclass(frozen=True)
 class Int8Options:
-    """What to quantize and how to calibrate.
+    """What to quantize, with which tool, and how to calibrate.
 
-    ``exclude_head`` keeps the head tail (final class/box convs, Sigmoid, Concat, DFL decode) in
-    float; ``nodes_to_exclude`` adds names. ``percentile`` only applies to the percentile method.
+    ``exclude_head`` keeps the head tail in FP32; ``nodes_to_exclude`` adds names. ``float_dtype`` is the
+    type of the layers left unquantized. ``percentile`` only applies to the percentile method.
     """
 
     method: CalibrationMethodName = "minmax"
@@ -52,14 +77,22 @@ class Int8Options:
     per_channel: bool = True
     exclude_head: bool = True
     nodes_to_exclude: tuple[str, ...] = ()
-    pre_process: bool = True
     stride: int = 8
+    tool: Int8Tool = "ort"
+    float_dtype: FloatDtype = "fp16"
 
     def __post_init__(self) -> None:
         if self.method not in CALIBRATION_METHODS:
             raise PrecisionError(
                 f"unknown calibration method {self.method!r}; choose one of {', '.join(CALIBRATION_METHODS)}"
             )
+        if self.tool not in INT8_TOOLS:
+            raise PrecisionError(f"unknown INT8 tool {self.tool!r}; choose one of {', '.join(INT8_TOOLS)}")
+        if self.float_dtype not in FLOAT_DTYPES:
+            raise PrecisionError(f"unknown float type {self.float_dtype!r}; choose one of {', '.join(FLOAT_DTYPES)}")
+        if self.tool == "modelopt" and self.method == "percentile":
+            raise PrecisionError("Model Optimizer calibrates with minmax or entropy, not percentile; "
+                                 "pick one of those or the ort tool")
         if not 0.0 < self.percentile <= 100.0:
             raise PrecisionError(f"percentile must be in (0, 100], got {self.percentile}")
         if self.stride < 1:
@@ -67,7 +100,8 @@ class Int8Options:
 
     def calibration_options(self) -> dict[str, object]:
         """The options the activation ranges depend on (part of the cache key)."""
-        options: dict[str, object] = {"method": self.method, "pre_process": self.pre_process}
+        options: dict[str, object] = {"method": self.method, "op_types": list(OP_TYPES_TO_QUANTIZE),
+                                      "opset": QDQ_OPSET}
         if self.method == "percentile":
             options["percentile"] = self.percentile
         return options
@@ -75,18 +109,37 @@ class Int8Options:
 
 @dataclass(frozen=True)
 class Int8Result:
-    """The Q/DQ model plus what the manifest records about how it was made."""
+    """The Q/DQ model plus what the manifest records about how it was made.
+
+    ``cache_path`` is None for Model Optimizer, which calibrates on every build (it can read a TensorRT
+    calibration cache but not write one).
+    """
 
     model: onnx.ModelProto
     method: CalibrationMethodName
     calibration_digest: str
     cache_key: str
-    cache_path: Path
+    cache_path: Path | None
     cache_hit: bool
     num_batches: int | None
     calibration_seconds: float
     total_seconds: float
     excluded_nodes: tuple[str, ...] = field(default=())
+    tool: Int8Tool = "ort"
+    float_dtype: FloatDtype = "fp16"
+
+
+@dataclass(frozen=True)
+class _Quantized:
+    """What a tool returns: the FP32 Q/DQ graph and how calibration went."""
+
+    model: onnx.ModelProto
+    digest: str
+    key: str
+    cache_path: Path | None
+    hit: bool
+    num_batches: int | None
+    seconds: float
 
 
 def quantize_int8(
@@ -108,66 +161,117 @@ def quantize_int8(
     options = options or Int8Options()
     started = time.perf_counter()
     say = progress or (lambda _message: None)
+    require_onnxruntime()
     named = ensure_node_names(model)
     _check_single_float_input(named)
-    excluded = _nodes_to_exclude(named, options)
+    prepared = _with_qdq_opset(named)
+    excluded = _nodes_to_exclude(prepared, options)
+    if options.tool == "modelopt":
+        quantized = _quantize_with_modelopt(prepared, batches, options, excluded, data_digest, say)
+    else:
+        quantized = _quantize_with_ort(prepared, batches, options, excluded, data_digest, cache_dir, progress)
+    final = _finish(model, quantized.model, options)
+    total = time.perf_counter() - started
+    say(f"calibration: {'cached' if quantized.hit else f'{quantized.seconds:.1f} s'}, "
+        f"quantization total {total:.1f} s")
+    return Int8Result(
+        model=final, method=options.method, calibration_digest=quantized.digest, cache_key=quantized.key,
+        cache_path=quantized.cache_path, cache_hit=quantized.hit, num_batches=quantized.num_batches,
+        calibration_seconds=quantized.seconds, total_seconds=total, excluded_nodes=excluded,
+        tool=options.tool, float_dtype=options.float_dtype,
+    )
 
-    with tempfile.TemporaryDirectory(prefix="tde-int8-") as tmp:
-        work = Path(tmp)
-        model_bytes = named.SerializeToString(deterministic=True)
-        prepared = _pre_process(named, work, say) if options.pre_process else named
 
-        items: list[np.ndarray] | None = None
-        if data_digest is None:
-            items = split_to_model_batch(batches, _static_batch(prepared))
-            data_digest = digest_batches(items)
-        key = cache_key(model_bytes, data_digest, options.method, options.calibration_options())
-        directory = cache_dir if cache_dir is not None else default_cache_dir()
-        cache_path = directory / f"{key}.json"
-        hit = cache_path.is_file()
+def require_onnxruntime() -> None:
+    """Fail early, with the fix, on an ONNX Runtime too old to calibrate and measure these graphs."""
+    import onnxruntime
 
-        reader: BatchReader | None = None
+    found = tuple(int(part) for part in onnxruntime.__version__.split(".")[:2])
+    if found < MIN_ONNXRUNTIME:
+        wanted = ".".join(map(str, MIN_ONNXRUNTIME))
+        raise PrecisionError(
+            f"INT8 builds need onnxruntime>={wanted} (found {onnxruntime.__version__}): its FP16 QuantizeLinear "
+            f"rounds like TensorRT and it caches calibration ranges; pip install 'onnxruntime>={wanted}' "
+            "(wheels exist for Python 3.11 and later)"
+        )
+
+
+def _quantize_with_ort(
+    model: onnx.ModelProto,
+    batches: Iterable[np.ndarray],
+    options: Int8Options,
+    excluded: Sequence[str],
+    data_digest: str | None,
+    cache_dir: Path | None,
+    progress: ProgressFn | None,
+) -> _Quantized:
+    say = progress or (lambda _message: None)
+    items: list[np.ndarray] | None = None
+    if data_digest is None:
+        items = split_to_model_batch(batches, _static_batch(model))
+        data_digest = digest_batches(items)
+    model_bytes = model.SerializeToString(deterministic=True)
+    key = cache_key(model_bytes, data_digest, options.method, options.calibration_options())
+    cache_path = (cache_dir if cache_dir is not None else default_cache_dir()) / f"{key}.json"
+    hit = cache_path.is_file()
+    reader: BatchReader | None = None
+    if hit:
+        say(f"calibration: reusing cached ranges {cache_path}")
+    else:
+        if items is None:
+            items = split_to_model_batch(batches, _static_batch(model))
+        say(f"calibration: {len(items)} batch(es), method {options.method}")
+        reader = BatchReader(model.graph.input[0].name, items, progress)
+    try:
+        quantized = _ort_quantize_static(model, reader, options, excluded, cache_path)
+    except (ValueError, KeyError) as exc:
         if hit:
-            say(f"calibration: reusing cached ranges {cache_path}")
-        else:
-            if items is None:
-                items = split_to_model_batch(batches, _static_batch(prepared))
-            say(f"calibration: {len(items)} batch(es), method {options.method}")
-            reader = BatchReader(prepared.graph.input[0].name, items, progress)
-        try:
-            quantized = _quantize(prepared, work, reader, options, excluded, cache_path)
-        except (ValueError, KeyError) as exc:
-            if hit:
-                raise CalibrationError(
-                    f"calibration cache {cache_path} is unreadable ({exc}); delete it and rebuild"
-                ) from exc
-            raise PrecisionError(f"INT8 quantization failed: {exc}") from exc
+            raise CalibrationError(
+                f"calibration cache {cache_path} is unreadable ({exc}); delete it and rebuild"
+            ) from exc
+        raise PrecisionError(f"INT8 quantization failed: {exc}") from exc
+    seconds = reader.seconds if reader is not None else 0.0
+    return _Quantized(quantized, data_digest, key, cache_path, hit, len(items) if items is not None else None,
+                      seconds)
 
-    _copy_metadata(model, quantized)
+
+def _quantize_with_modelopt(
+    model: onnx.ModelProto,
+    batches: Iterable[np.ndarray],
+    options: Int8Options,
+    excluded: Sequence[str],
+    data_digest: str | None,
+    say: ProgressFn,
+) -> _Quantized:
+    from generator.builder.precision.model_optimizer import (
+        quantize_with_model_optimizer,
+        require_model_optimizer,
+    )
+
+    require_model_optimizer()
+    items = split_to_model_batch(batches, _static_batch(model))
+    digest = data_digest or digest_batches(items)
+    say(f"calibration: {len(items)} batch(es), method {options.method}, NVIDIA Model Optimizer")
+    started = time.perf_counter()
+    quantized = quantize_with_model_optimizer(model, items, options.method, excluded)
+    return _Quantized(quantized, digest, "", None, False, len(items), time.perf_counter() - started)
+
+
+def _finish(source: onnx.ModelProto, quantized: onnx.ModelProto, options: Int8Options) -> onnx.ModelProto:
+    """FP16 for the unquantized layers (head tail kept FP32), the exporter's metadata, and the checks."""
+    from generator.builder.precision.tensorrt_compat import check_tensorrt_compatible
+
+    if options.float_dtype == "fp16":
+        from generator.builder.precision.fp16 import convert_fp16
+
+        quantized = convert_fp16(quantized, keep_head_fp32=options.exclude_head)
+    _copy_metadata(source, quantized)
     try:
         onnx.checker.check_model(quantized, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise PrecisionError(f"INT8 quantization produced an invalid graph: {exc}") from exc
-    total = time.perf_counter() - started
-    calib_seconds = reader.seconds if reader is not None else 0.0
-    say(f"calibration: {'cached' if hit else f'{calib_seconds:.1f} s'}, quantization total {total:.1f} s")
-    return Int8Result(
-        model=quantized,
-        method=options.method,
-        calibration_digest=data_digest,
-        cache_key=key,
-        cache_path=cache_path,
-        cache_hit=hit,
-        num_batches=len(items) if items is not None else None,
-        calibration_seconds=calib_seconds,
-        total_seconds=total,
-        excluded_nodes=excluded,
-    )
-
-
-def default_nodes_to_exclude(model: onnx.ModelProto) -> tuple[str, ...]:
-    """The head tail kept in float by default (names after :func:`ensure_node_names`)."""
-    return find_detection_head(ensure_node_names(model)).tail
+    check_tensorrt_compatible(quantized, "INT8 graph")
+    return quantized
 
 
 def _nodes_to_exclude(model: onnx.ModelProto, options: Int8Options) -> tuple[str, ...]:
@@ -195,41 +299,23 @@ def _static_batch(model: onnx.ModelProto) -> int | None:
     return None
 
 
-def _pre_process(model: onnx.ModelProto, work: Path, say: ProgressFn) -> onnx.ModelProto:
-    """onnxruntime's recommended pre-pass (symbolic shape inference), without graph optimisation.
-
-    Optimisation would fuse and rename nodes, and the exclusion list addresses nodes by name.
-    Symbolic inference gives up on some dynamic graphs (and then drops a temp file in the current
-    directory), so it runs inside ``work`` and falls back to plain ONNX shape inference.
-    """
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    source = work / "named.onnx"
-    target = work / "preprocessed.onnx"
-    onnx.save_model(model, source)
-    with _quiet_onnxruntime_logs(), _inside(work):
-        try:
-            quant_pre_process(str(source), str(target), skip_optimization=True)
-        except Exception as exc:  # noqa: BLE001 -- onnxruntime raises a bare Exception here
-            say(f"calibration: symbolic shape inference failed ({exc}); using ONNX shape inference")
-            quant_pre_process(str(source), str(target), skip_optimization=True, skip_symbolic_shape=True)
-    say("calibration: shape inference done")
-    return onnx.load_model(target)
-
-
-@contextlib.contextmanager
-def _inside(directory: Path) -> Iterator[None]:
-    previous = Path.cwd()
-    os.chdir(directory)
+def _with_qdq_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model at opset >= 19, converted by ONNX's own version converter (names and metadata kept)."""
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset >= QDQ_OPSET:
+        return model
     try:
-        yield
-    finally:
-        os.chdir(previous)
+        converted = onnx.version_converter.convert_version(model, QDQ_OPSET)
+    except (RuntimeError, ValueError, onnx.checker.ValidationError) as exc:
+        raise PrecisionError(
+            f"cannot upgrade the model from opset {opset} to {QDQ_OPSET} for Q/DQ ({exc}); re-export it with "
+            f"opset {QDQ_OPSET}"
+        ) from exc
+    return converted
 
 
-def _quantize(
+def _ort_quantize_static(
     model: onnx.ModelProto,
-    work: Path,
     reader: BatchReader | None,
     options: Int8Options,
     excluded: Sequence[str],
@@ -240,6 +326,9 @@ def _quantize(
     extra: dict[str, object] = {
         "ActivationSymmetric": True,
         "WeightSymmetric": True,
+        "QuantizeBias": False,  # an INT32 bias behind DequantizeLinear does not parse in TensorRT
+        # Inputs only: a Q on a Conv output would put the SiLU after it on INT8 data and split the fusion.
+        "OpTypesToExcludeOutputQuantization": list(OP_TYPES_TO_QUANTIZE),
     }
     if options.method == "percentile":
         extra["CalibPercentile"] = options.percentile
@@ -250,13 +339,15 @@ def _quantize(
         extra["CalibStridedMinMax"] = stride_for(len(reader), options.stride)
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         pending = cache_path.with_name(f".{cache_path.name}.{id(reader)}.tmp")
-    output = work / "int8.onnx"
-    with _quiet_onnxruntime_logs():
+    # quantize_static keeps its own intermediates in a temporary directory; only the output is ours.
+    with tempfile.TemporaryDirectory(prefix="tde-int8-") as tmp, _quiet_onnxruntime_logs():
+        output = Path(tmp) / "int8.onnx"
         quantize_static(
             model,
             output,
             calibration_data_reader=reader,
             quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=list(OP_TYPES_TO_QUANTIZE),
             per_channel=options.per_channel,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
@@ -265,9 +356,10 @@ def _quantize(
             extra_options=extra,
             calibration_cache_path=pending,
         )
+        quantized = onnx.load_model(output)
     if pending != cache_path:
         pending.replace(cache_path)
-    return onnx.load_model(output)
+    return quantized
 
 
 def _copy_metadata(source: onnx.ModelProto, target: onnx.ModelProto) -> None:
@@ -280,12 +372,19 @@ def _copy_metadata(source: onnx.ModelProto, target: onnx.ModelProto) -> None:
 
 @contextlib.contextmanager
 def _quiet_onnxruntime_logs() -> Iterator[None]:
-    """Keep onnxruntime's quantizer chatter off stdout and drop its pre-processing advice (done)."""
-    logger = logging.getLogger()
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """Keep onnxruntime's quantizer chatter off stdout, including its advice to pre-process.
+
+    Its pre-processing is symbolic shape inference, which on failure saves a file into the current
+    directory; ``quantize_static`` runs ONNX shape inference itself, which is all a CNN needs.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    root.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
-        logger.setLevel(level)
+        # Its module-level logging.warning() calls install a root handler when there is none, after
+        # which every record of the build would be printed twice.
+        root.handlers[:] = handlers
+        root.setLevel(level)

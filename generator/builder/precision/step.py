@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -12,11 +13,13 @@ import onnx
 from generator.builder.onnx_inspect import DetectorInfo
 from generator.builder.options import BuildOptions, PrecisionOptions
 from generator.builder.pipeline import PrecisionTransform
+from generator.builder.precision.int8 import FloatDtype
 from generator.errors import GeneratorError
 from generator.evaluation.gate import IMAGE_SUFFIXES
 from generator.serving.batch import prepare_batch, to_float_nchw
 from generator.serving.images import ImageLimits
 
+logger = logging.getLogger(__name__)
 CALIBRATION_BATCH = 8
 
 
@@ -56,6 +59,17 @@ def _digest(data: Sequence[bytes], info: DetectorInfo, options: BuildOptions) ->
     return digest.hexdigest()
 
 
+def int8_float_dtype(precision: PrecisionOptions, options: BuildOptions) -> FloatDtype:
+    """``--int8-float auto``: FP16 (what TensorRT should run), FP32 where an older ONNX Runtime serves it.
+
+    The NGC Triton containers' ONNX Runtime (1.19 in 24.10, 1.28 in 26.08) truncates FP16 QuantizeLinear on
+    the CPU (microsoft/onnxruntime#22741, fixed in 1.32), so the gate here would not measure what it serves.
+    """
+    if precision.int8_float != "auto":
+        return precision.int8_float
+    return "fp32" if options.target == "onnxruntime" else "fp16"
+
+
 def make_precision_transform(precision: PrecisionOptions) -> PrecisionTransform:
     """Return a ``build.PrecisionTransform`` closed over the precision options."""
 
@@ -63,30 +77,40 @@ def make_precision_transform(precision: PrecisionOptions) -> PrecisionTransform:
                   ) -> tuple[onnx.ModelProto, dict[str, str]]:
         if options.precision == "fp16":
             from generator.builder.precision.fp16 import convert_fp16
+            from generator.builder.precision.tensorrt_compat import check_tensorrt_compatible
 
             converted = convert_fp16(model, keep_fp32_nodes=precision.fp16_keep)
+            check_tensorrt_compatible(converted, "FP16 graph")
             return converted, {"fp16_keep_nodes": ",".join(precision.fp16_keep)}
-        from generator.builder.precision.int8 import CALIBRATION_METHODS, Int8Options, quantize_int8
-
-        method = next((m for m in CALIBRATION_METHODS if m == precision.calib_method), None)
-        if method is None:
-            raise GeneratorError(f"unknown --calib-method {precision.calib_method!r}; "
-                                 f"choose one of {', '.join(CALIBRATION_METHODS)}")
-
-        data, description = calibration_images(precision.calib_images, precision.calib_count)
-        result = quantize_int8(
-            model,
-            _batches(data, info, options),
-            Int8Options(method=method, nodes_to_exclude=precision.int8_exclude),
-            data_digest=_digest(data, info, options),
-        )
-        return result.model, {
-            "calibration_method": result.method,
-            "calibration_digest": result.calibration_digest,
-            "calibration_set": description,
-            "calibration_seconds": f"{result.calibration_seconds:.1f}",
-            "calibration_cache_hit": str(result.cache_hit).lower(),
-            "excluded_nodes": ",".join(result.excluded_nodes),
-        }
+        return _int8(model, info, options, precision)
 
     return transform
+
+
+def _int8(model: onnx.ModelProto, info: DetectorInfo, options: BuildOptions, precision: PrecisionOptions
+          ) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """Calibrate through the serving preprocess; the result is checked against TensorRT's parser rules."""
+    from generator.builder.precision.int8 import Int8Options, quantize_int8
+    from generator.builder.precision.tensorrt_compat import quantization_summary
+
+    data, description = calibration_images(precision.calib_images, precision.calib_count)
+    result = quantize_int8(
+        model,
+        _batches(data, info, options),
+        Int8Options(method=precision.calib_method, nodes_to_exclude=precision.int8_exclude,
+                    tool=precision.int8_tool, float_dtype=int8_float_dtype(precision, options)),
+        data_digest=_digest(data, info, options),
+    )
+    summary = quantization_summary(result.model)
+    logger.info("INT8 graph (%s, float layers %s): %s", result.tool, result.float_dtype, summary)
+    return result.model, {
+        "calibration_method": result.method,
+        "calibration_digest": result.calibration_digest,
+        "calibration_set": description,
+        "calibration_seconds": f"{result.calibration_seconds:.1f}",
+        "calibration_cache_hit": str(result.cache_hit).lower(),
+        "excluded_nodes": ",".join(result.excluded_nodes),
+        "int8_tool": result.tool,
+        "int8_float": result.float_dtype,
+        "quantization": summary,
+    }

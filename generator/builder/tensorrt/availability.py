@@ -15,13 +15,15 @@ import subprocess
 from dataclasses import dataclass
 
 from generator.builder.tensorrt.errors import TensorRTUnavailableError
+from generator.builder.tensorrt.library import find_tensorrt_library
 
 INSTALL_HINT = (
     "run the build on a host with an NVIDIA GPU and driver, inside the NGC TensorRT container of the "
     "same release as the Triton image that will serve the plan (e.g. nvcr.io/nvidia/tensorrt:26.08-py3 "
     "for nvcr.io/nvidia/tritonserver:26.08-py3), or after `pip install tensorrt` "
     "(NVIDIA's index: --extra-index-url https://pypi.nvidia.com) with a TensorRT matching that Triton release; "
-    "without a GPU, use --target onnxruntime or --target embedded"
+    "without a GPU, use --target onnxruntime or --target embedded, or --defer-plan to write the repository "
+    "now and build the plan on the GPU host with `python -m generator plan DIR`"
 )
 
 
@@ -41,6 +43,7 @@ class MachineFacts:
     cuda_version: str | None  # the CUDA version the driver supports
     driver_version: str | None
     gpus: tuple[GpuInfo, ...]
+    tensorrt_source: str | None = None  # where tensorrt_version was read: a libnvinfer path or the package
 
     @property
     def gpu(self) -> GpuInfo | None:
@@ -76,26 +79,6 @@ def tensorrt_version() -> str | None:
     return str(version) if version is not None else None
 
 
-def tensorrt_library_version() -> str | None:
-    """The version of ``libnvinfer`` when it is loadable without the Python package.
-
-    Triton server images ship the TensorRT libraries but not the ``tensorrt`` Python package;
-    this is what their TensorRT backend will deserialize plans with.
-    """
-    for name in ("libnvinfer.so.10", "libnvinfer.so.11", "libnvinfer.so", "libnvinfer.so.8"):
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        lib.getInferLibVersion.restype = ctypes.c_int32
-        value = int(lib.getInferLibVersion())
-        # TensorRT >= 10 encodes major*10000 + minor*100 + patch; 8.x used major*1000 + minor*100 + patch.
-        if value >= 100000:
-            return f"{value // 10000}.{(value // 100) % 100}.{value % 100}"
-        return f"{value // 1000}.{(value // 100) % 10}.{value % 100}"
-    return None
-
-
 def query_gpus() -> tuple[tuple[GpuInfo, ...], str | None, str | None, str | None]:
     """(GPUs, CUDA driver version, driver version, problem) from nvidia-smi or libcuda."""
     gpus, driver, problem_smi = _gpus_from_nvidia_smi()
@@ -108,10 +91,23 @@ def query_gpus() -> tuple[tuple[GpuInfo, ...], str | None, str | None, str | Non
 
 
 def machine_facts() -> MachineFacts:
-    """Everything :mod:`generator.builder.manifest` compares a plan against, from this machine."""
+    """Everything :mod:`generator.builder.manifest` compares a plan against, from this machine.
+
+    The TensorRT version is the one of ``libnvinfer``, the library Triton's TensorRT backend
+    deserialises plans with (Triton images have no ``tensorrt`` Python package); the Python
+    package answers only where no library is found.
+    """
     gpus, cuda, driver, _ = query_gpus()
-    version = tensorrt_version() or tensorrt_library_version()
-    return MachineFacts(tensorrt_version=version, cuda_version=cuda, driver_version=driver, gpus=gpus)
+    library = find_tensorrt_library()
+    version: str | None
+    source: str | None
+    if library is not None:
+        version, source = library.version, f"libnvinfer at {library.path}"
+    else:
+        version = tensorrt_version()
+        source = "the tensorrt Python package" if version else None
+    return MachineFacts(tensorrt_version=version, cuda_version=cuda, driver_version=driver, gpus=gpus,
+                        tensorrt_source=source)
 
 
 def require_tensorrt_and_gpu() -> MachineFacts:

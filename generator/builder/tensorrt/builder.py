@@ -97,6 +97,11 @@ class BuildReport:
     build_seconds: float
     timing_cache_path: str | None
     timing_cache_hit: bool
+    # The machine the plan was built on: what decides where it loads (filled by the child process).
+    gpu_name: str | None = None
+    compute_capability: str | None = None
+    cuda_version: str | None = None
+    driver_version: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,19 +112,30 @@ class BuildReport:
             "build_seconds": self.build_seconds,
             "timing_cache_path": self.timing_cache_path,
             "timing_cache_hit": self.timing_cache_hit,
+            "gpu_name": self.gpu_name,
+            "compute_capability": self.compute_capability,
+            "cuda_version": self.cuda_version,
+            "driver_version": self.driver_version,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildReport:
-        return cls(
-            plan_path=str(data["plan_path"]),
-            plan_bytes=int(data["plan_bytes"]),
-            tensors=tuple(TensorDesc.from_json(t) for t in data["tensors"]),
-            tensorrt_version=str(data["tensorrt_version"]),
-            build_seconds=float(data["build_seconds"]),
-            timing_cache_path=data.get("timing_cache_path"),
-            timing_cache_hit=bool(data.get("timing_cache_hit", False)),
-        )
+        try:
+            return cls(
+                plan_path=str(data["plan_path"]),
+                plan_bytes=int(data["plan_bytes"]),
+                tensors=tuple(TensorDesc.from_json(t) for t in data["tensors"]),
+                tensorrt_version=str(data["tensorrt_version"]),
+                build_seconds=float(data["build_seconds"]),
+                timing_cache_path=data.get("timing_cache_path"),
+                timing_cache_hit=bool(data.get("timing_cache_hit", False)),
+                gpu_name=data.get("gpu_name"),
+                compute_capability=data.get("compute_capability"),
+                cuda_version=data.get("cuda_version"),
+                driver_version=data.get("driver_version"),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise EngineBuildError(f"the build report is malformed ({type(exc).__name__}: {exc})") from exc
 
 
 def build_plan(spec: BuildSpec) -> BuildReport:
@@ -159,6 +175,11 @@ def build_plan(spec: BuildSpec) -> BuildReport:
     _atomic_write(Path(spec.plan_path), plan)
 
     runtime = trt.Runtime(logger)
+    if spec.version_compatible:
+        # A version-compatible plan embeds the lean runtime's host code; the runtime refuses it unless
+        # allowed (IRuntime::setEngineHostCodeAllowed, default false). Triton's TensorRT backend does the
+        # same when started with --backend-config=tensorrt,version-compatible=true (loader.cc LoadPlan).
+        runtime.engine_host_code_allowed = True
     engine = runtime.deserialize_cuda_engine(plan)
     if engine is None:
         raise EngineBuildError("the freshly built plan does not deserialize on this machine")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from generator.builder.tensorrt.errors import ProfileError
 
@@ -74,6 +74,11 @@ class ShapeProfile:
             raise ProfileError(f"profile is missing {exc.args[0]!r}") from exc
 
 
+ImageLayout = Literal["NCHW", "NHWC"]
+# Where batch, channels, height and width sit in each layout.
+_AXES: dict[str, tuple[int, int, int, int]] = {"NCHW": (0, 1, 2, 3), "NHWC": (0, 3, 1, 2)}
+
+
 def detector_profile(
     input_name: str,
     onnx_shape: Sequence[OnnxDim],
@@ -82,8 +87,9 @@ def detector_profile(
     height: int | DimRange | None = None,
     width: int | DimRange | None = None,
     stride: int = 32,
+    layout: ImageLayout = "NCHW",
 ) -> ShapeProfile:
-    """The profile for an NCHW detector input.
+    """The profile for an image input in ``layout`` (NCHW float from an export, NHWC uint8 when served).
 
     The batch range is always 1..``max_batch`` (opt defaults to ``max_batch``: under load the
     dynamic batcher fills batches). A dynamic height/width needs a size or range from the user;
@@ -91,7 +97,7 @@ def detector_profile(
     """
     if len(onnx_shape) != 4:
         raise ProfileError(
-            f"input {input_name!r} has rank {len(onnx_shape)}; a detector input is N x C x H x W"
+            f"input {input_name!r} has rank {len(onnx_shape)}; a detector input is {' x '.join(layout)}"
         )
     if max_batch < 1:
         raise ProfileError(f"--max-batch must be >= 1, got {max_batch}")
@@ -99,7 +105,8 @@ def detector_profile(
     if not 1 <= opt <= max_batch:
         raise ProfileError(f"--opt-batch must be between 1 and --max-batch ({max_batch}), got {opt}")
 
-    batch_dim, channel_dim, h_dim, w_dim = (_size(d) for d in onnx_shape)
+    axes = _AXES[layout]
+    batch_dim, channel_dim, h_dim, w_dim = (_size(onnx_shape[axis]) for axis in axes)
     if batch_dim is not None and batch_dim != max_batch:
         fix = "re-export the ONNX with a dynamic batch (Ultralytics: dynamic=True)"
         raise ProfileError(
@@ -109,13 +116,14 @@ def detector_profile(
     if channel_dim is None:
         raise ProfileError(f"input {input_name!r} has a dynamic channel dim; export it with 3 channels")
     batch = DimRange(1, opt, max_batch) if batch_dim is None else DimRange.fixed(max_batch)
-    h = _spatial(input_name, "height", h_dim, height, stride)
-    w = _spatial(input_name, "width", w_dim, width, stride)
+    ranges = (batch, DimRange.fixed(channel_dim), _spatial(input_name, "height", h_dim, height, stride),
+              _spatial(input_name, "width", w_dim, width, stride))
+    ordered = [ranges[axes.index(position)] for position in range(4)]
     return ShapeProfile(
         input_name,
-        (batch.min, channel_dim, h.min, w.min),
-        (batch.opt, channel_dim, h.opt, w.opt),
-        (batch.max, channel_dim, h.max, w.max),
+        tuple(r.min for r in ordered),
+        tuple(r.opt for r in ordered),
+        tuple(r.max for r in ordered),
     )
 
 

@@ -1,12 +1,14 @@
-"""The build's TensorRT step: served ONNX -> plan on this GPU -> detector config from the plan's bindings.
+"""The build's TensorRT stage: served ONNX -> build spec (+ plan on this GPU) -> detector config.
 
-Only runs where TensorRT and an NVIDIA GPU exist; everywhere else it stops before doing any work, saying
-what to install and where to run. The plan is built in a child process (a builder crash kills only the
-child) and a ``reproduce_build.sh`` is left next to it.
+Everything the plan must be is derived first, without TensorRT (:mod:`plan_request`). Then either the plan
+is built in a child process on this machine (a builder crash kills only the child) and its bindings are
+checked against that derivation, or, with ``--defer-plan``, the repository is written without it and
+``python -m generator plan`` builds it on the serving GPU host.
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,94 +16,100 @@ from typing import Any
 
 import onnx
 
-from generator.builder.graph.prefix import SERVED_INPUT
+from generator.builder.config.model_io import ModelIO, engine_io
 from generator.builder.onnx_inspect import DetectorInfo
 from generator.builder.options import BuildOptions
+from generator.builder.tensorrt.builder import BuildReport, BuildSpec
+from generator.builder.tensorrt.child import (
+    REPORT_NAME,
+    REPRODUCE_SCRIPT,
+    SCRIPT_NAME,
+    SPEC_NAME,
+    run_build_in_child,
+    spec_text,
+)
+from generator.builder.tensorrt.errors import EngineBuildError
+from generator.builder.tensorrt.plan_request import (
+    ONNX_NAME,
+    PLAN_NAME,
+    PlanRequest,
+    plan_request,
+    request_facts,
+)
 
 
 @dataclass(frozen=True)
 class TensorRTArtifacts:
+    request: PlanRequest
     files: dict[str, bytes]  # paths relative to the detector model folder
-    overrides: dict[str, Any]  # detector template values derived from the plan
-    manifest: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)  # the manifest's "tensorrt" record
+    report: BuildReport | None = None  # None while the plan is pending
 
 
-def _nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
-    batch, channels, height, width = shape
-    return batch, height, width, channels
-
-
-def _warmup_image(info: DetectorInfo) -> bytes:
-    """A real letterboxed scene (not random bytes) so warmup takes the same paths as traffic."""
-    import numpy as np
-
-    from generator.serving.letterbox import letterbox
-    from generator.synthetic import make_scene
-
-    scene = make_scene(np.random.default_rng(1), 1280, 720)
-    padded, _ = letterbox(np.ascontiguousarray(scene.image[..., ::-1]), info.image_size)
-    return padded.tobytes()
-
-
-def build_tensorrt_detector(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions) -> TensorRTArtifacts:
-    from generator.builder.tensorrt.availability import require_tensorrt_and_gpu
-    from generator.builder.tensorrt.bindings import derive_detector_bindings
-    from generator.builder.tensorrt.builder import BuildSpec
-    from generator.builder.tensorrt.child import REPORT_NAME, SCRIPT_NAME, SPEC_NAME, run_build_in_child
-    from generator.builder.tensorrt.profiles import ShapeProfile, detector_profile
+def timing_cache_dir() -> Path:
     from generator.server.embedded import cache_root
 
-    trt = options.tensorrt
-    facts = require_tensorrt_and_gpu()
-    height, width = info.image_size
-    nchw = detector_profile(info.input.name, info.input.shape, info.static_batch or options.max_batch,
-                            trt.opt_batch, height=height, width=width)
-    profile = ShapeProfile(SERVED_INPUT, _nhwc(nchw.min), _nhwc(nchw.opt), _nhwc(nchw.max))
-    gpu = facts.gpu
-    gpu_tag = f"{gpu.name}-sm{gpu.compute_capability}".replace(" ", "_") if gpu else "gpu"
-    timing_cache = cache_root() / "tensorrt" / f"timing-{facts.tensorrt_version}-{gpu_tag}.cache"
-    timing_cache.parent.mkdir(parents=True, exist_ok=True)
+    return cache_root() / "tensorrt"
+
+
+def report_facts(report: BuildReport) -> dict[str, Any]:
+    """The facts of a built plan that decide where it loads, for the manifest."""
+    return {
+        "tensorrt_version": report.tensorrt_version,
+        "cuda_version": report.cuda_version,
+        "driver_version": report.driver_version,
+        "gpu_name": report.gpu_name,
+        "compute_capability": report.compute_capability,
+        "build_seconds": round(report.build_seconds, 1),
+    }
+
+
+def build_plan_files(spec: BuildSpec, onnx_bytes: bytes, timeout: float | None) -> tuple[bytes, BuildReport]:
+    """Build the plan of ``spec`` (paths relative to its folder) in a child process, in a scratch folder.
+
+    Returns the plan's bytes and the child's report; nothing is written anywhere else.
+    """
     with tempfile.TemporaryDirectory(prefix="tde-trt-") as tmp:
         work = Path(tmp)
-        onnx.save(served, str(work / "model.onnx"))
-        spec = BuildSpec(
-            onnx_path=str(work / "model.onnx"),
-            plan_path=str(work / "model.plan"),
-            profiles=(profile,),
-            workspace_bytes=int(trt.workspace_gib * (1 << 30)),
-            timing_cache_path=str(timing_cache),
-            optimization_level=trt.optimization_level,
-            hardware_compatibility=trt.hardware_compatibility,
-            version_compatible=trt.version_compatible,
-        )
-        report = run_build_in_child(spec, work, timeout=trt.timeout_s)
-        files = {f"1/{name}": (work / name).read_bytes()
-                 for name in ("model.plan", "model.onnx", SPEC_NAME, SCRIPT_NAME, REPORT_NAME)}
-    bindings = derive_detector_bindings(report.tensors)
-    (plan_input,) = bindings.inputs
-    (plan_output,) = bindings.outputs
-    files["warmup/real_image"] = _warmup_image(info)
-    overrides: dict[str, Any] = {
-        "max_batch_size": bindings.max_batch_size,
-        "input_name": plan_input.name,
-        "input_dtype": plan_input.data_type,
-        "input_dims": list(plan_input.dims),
-        "output_name": plan_output.name,
-        "output_dtype": plan_output.data_type,
-        "output_dims": list(plan_output.dims),
-        "cuda_graphs": trt.cuda_graphs,
-        "warmup_file": "real_image",
+        (work / spec.onnx_path).write_bytes(onnx_bytes)
+        report = run_build_in_child(spec, work, timeout=timeout, timing_cache_dir=timing_cache_dir())
+        plan = work / spec.plan_path
+        if not plan.is_file():
+            raise EngineBuildError(f"the TensorRT build reported success but wrote no {spec.plan_path}")
+        return plan.read_bytes(), report
+
+
+def tensorrt_detector(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions) -> TensorRTArtifacts:
+    """The detector's files (served ONNX, spec, script, warmup, plan unless deferred) and manifest record."""
+    request = plan_request(served, info, options)
+    onnx_bytes = served.SerializeToString()
+    assert request.detector.warmup is not None  # a plan request always carries its warmup sample
+    files = {
+        f"1/{ONNX_NAME}": onnx_bytes,
+        f"1/{SPEC_NAME}": spec_text(request.spec).encode(),
+        f"1/{SCRIPT_NAME}": REPRODUCE_SCRIPT.encode(),
+        f"warmup/{request.detector.warmup.file}": request.detector.warmup.data,
     }
-    manifest = {
-        "tensorrt_version": report.tensorrt_version,
-        "cuda_version": facts.cuda_version,
-        "driver_version": facts.driver_version,
-        "gpu_name": gpu.name if gpu else None,
-        "compute_capability": gpu.compute_capability if gpu else None,
-        "triton_image": trt.triton_image,
-        "profile": profile.to_json(),
-        "build_seconds": round(report.build_seconds, 1),
-        "hardware_compatibility": trt.hardware_compatibility,
-        "version_compatible": trt.version_compatible,
-    }
-    return TensorRTArtifacts(files, overrides, manifest)
+    plan = {**request_facts(request, options), "status": "pending", "plan_file": f"1/{PLAN_NAME}",
+            "spec_file": f"1/{SPEC_NAME}"}
+    if options.tensorrt.defer_plan:
+        return TensorRTArtifacts(request, files, plan)
+    data, report = build_plan_files(request.spec, onnx_bytes, options.tensorrt.timeout_s)
+    files[f"1/{PLAN_NAME}"] = data
+    files[f"1/{REPORT_NAME}"] = report_text(report)
+    return TensorRTArtifacts(request, files, {**plan, **report_facts(report), "status": "built"}, report)
+
+
+def report_text(report: BuildReport) -> bytes:
+    """The report as stored next to the plan (paths relative to it: the temporary build folder is gone)."""
+    data = report.to_json()
+    data["plan_path"] = PLAN_NAME
+    if data.get("timing_cache_path"):
+        data["timing_cache_path"] = Path(str(data["timing_cache_path"])).name
+    return (json.dumps(data, indent=2) + "\n").encode()
+
+
+def engine_of(artifacts: TensorRTArtifacts) -> ModelIO:
+    """The engine's I/O for the load rules: the built plan's report, or what the spec will build."""
+    tensors = artifacts.report.tensors if artifacts.report is not None else artifacts.request.engine
+    return engine_io(tensors)

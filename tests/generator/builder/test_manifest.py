@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,10 +13,16 @@ from generator.builder.manifest import (
     hash_files,
     hash_repository,
     read_manifest,
-    write_manifest,
+    server_flags,
 )
 from generator.builder.tensorrt.availability import GpuInfo, MachineFacts
-from generator.builder.tensorrt.profiles import detector_profile
+
+
+def write_manifest(repository, manifest):
+    """Hash the repository as it is on disk and write its manifest (builds do this in memory)."""
+    final = replace(manifest, files=hash_repository(repository))
+    (repository / MANIFEST_NAME).write_text(json.dumps(final.to_json(), indent=2) + "\n")
+    return final
 
 A100 = GpuInfo("NVIDIA A100-SXM4-40GB", "8.0")
 L4 = GpuInfo("NVIDIA L4", "8.9")
@@ -39,6 +46,7 @@ def _repository(root):
 
 def _plan(**kwargs):
     values = {
+        "plan_file": "yolo_detector/1/model.plan",
         "tensorrt_version": "10.3.0.26",
         "cuda_version": "12.6",
         "gpu_name": A100.name,
@@ -59,7 +67,6 @@ def _manifest(plan=None, **kwargs):
         "calibration_method": "entropy",
         "calibration_digest": "cd" * 32,
         "max_batch": 8,
-        "profiles": (detector_profile("images", ["n", 3, 320, 320], 8),),
         "plan": plan,
         "source_onnx_path": "/models/yolo.onnx",
         "validation_skipped": True,
@@ -90,7 +97,7 @@ def test_roundtrip_records_everything(repo):
     assert data["validation_skipped"] is True
     assert data["tensorrt"]["compute_capability"] == "8.0"
     assert data["calibration"] == {"method": "entropy", "digest": "cd" * 32}
-    assert data["profiles"][0]["max"] == [8, 3, 320, 320]
+    assert data["tensorrt"]["status"] == "built" and data["tensorrt"]["plan_file"] == "yolo_detector/1/model.plan"
 
 
 def test_everything_matches_on_the_build_machine(repo):
@@ -121,9 +128,10 @@ def test_tensorrt_version_mismatch(repo):
     (mismatch,) = compare(read_manifest(repo), _machine(version="10.8.0.43"), repo)
     assert mismatch.kind == "tensorrt_version"
     assert mismatch.message.startswith(
-        "plan built with TensorRT 10.3 but this machine has 10.8; rebuild the plan"
+        "plan built with TensorRT 10.3.0 but this machine has 10.8.0: a plan loads only with the TensorRT that "
+        "built it (10.3.0), not 10.8.0; rebuild the plan with this TensorRT on this GPU: "
+        f"python -m generator plan {repo} --force"
     )
-    assert "(python -m generator build --onnx /models/yolo.onnx --target tensorrt" in mismatch.message
 
 
 def test_version_compatible_plans_run_on_newer_tensorrt_of_the_same_major(tmp_path):
@@ -133,7 +141,12 @@ def test_version_compatible_plans_run_on_newer_tensorrt_of_the_same_major(tmp_pa
     assert [m.kind for m in compare(manifest, _machine(version="10.2.0.19"), tmp_path)] == [
         "tensorrt_version"
     ]
-    assert [m.kind for m in compare(manifest, _machine(version="11.0.0.1"), tmp_path)] == ["tensorrt_version"]
+    # TensorRT 10 version-compatible plans run on TensorRT 11 (TensorRT 11.4 support matrix) ...
+    assert compare(manifest, _machine(version="11.0.0.1"), tmp_path) == []
+    # ... TensorRT 8.6 ones do not.
+    old = write_manifest(tmp_path, _manifest(plan=_plan(tensorrt_version="8.6.1.6", version_compatible=True)))
+    assert [m.kind for m in compare(old, _machine(version="11.0.0.1"), tmp_path)] == ["tensorrt_version"]
+    assert compare(old, _machine(version="10.3.0.26"), tmp_path) == []
 
 
 def test_compute_capability_mismatch_and_ampere_plus(tmp_path):
@@ -199,3 +212,41 @@ def test_missing_or_malformed_manifest(tmp_path):
     (tmp_path / MANIFEST_NAME).write_text('{"name": "yolo"}')
     with pytest.raises(ManifestError, match="malformed"):
         read_manifest(tmp_path)
+
+
+def test_a_pending_plan_says_which_command_builds_it(tmp_path):
+    _repository(tmp_path)
+    (tmp_path / "yolo_detector/1/model.plan").unlink()
+    pending = PlanFacts(plan_file="yolo_detector/1/model.plan", spec_file="yolo_detector/1/build_spec.json",
+                        status="pending", triton_image="nvcr.io/nvidia/tritonserver:26.08-py3")
+    manifest = write_manifest(tmp_path, _manifest(plan=pending))
+    assert read_manifest(tmp_path).plan == pending and pending.pending
+    assert compare(manifest, None, tmp_path) == []  # the files are complete without the plan
+    for machine in (_machine(), _machine(version=None, gpus=())):
+        (mismatch,) = compare(manifest, machine, tmp_path)
+        assert mismatch.kind == "plan_pending"
+        assert mismatch.message.endswith(f"run: python -m generator plan {tmp_path}")
+        assert "NGC TensorRT image of the same release as nvcr.io/nvidia/tritonserver:26.08-py3" in mismatch.message
+
+
+def test_server_flags_come_from_the_plan():
+    assert server_flags(_manifest(plan=None)) == []
+    assert server_flags(_manifest(plan=_plan())) == []
+    assert server_flags(_manifest(plan=_plan(version_compatible=True))) == [
+        "--backend-config=tensorrt,version-compatible=true"]
+    data = _manifest(plan=_plan(version_compatible=True)).to_json()
+    assert data["tensorrt"]["version_compatible"] is True
+    assert server_flags(Manifest.from_json(data)) == ["--backend-config=tensorrt,version-compatible=true"]
+
+
+def test_reads_the_first_plan_record_layout(tmp_path):
+    files = _repository(tmp_path)
+    data = _manifest(plan=None, files=hash_files(files)).to_json()
+    data["tensorrt"] = {"tensorrt_version": "10.3.0.26", "cuda_version": "12.6", "gpu_name": A100.name,
+                        "compute_capability": "8.0", "triton_image": None, "hardware_compatibility": "none",
+                        "version_compatible": False, "plan_files": ["yolo_detector/1/model.plan"]}
+    data["profiles"] = []
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
+    plan = read_manifest(tmp_path).plan
+    assert plan is not None and not plan.pending and plan.plan_file == "yolo_detector/1/model.plan"
+    assert compare(read_manifest(tmp_path), _machine(), tmp_path) == []

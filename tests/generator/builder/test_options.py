@@ -84,3 +84,31 @@ def test_options_are_frozen() -> None:
     options = BuildOptions()
     with pytest.raises(AttributeError):
         options.name = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"target": "tensorrt", "device": "cpu"}, "--target tensorrt runs on the GPU only"),
+    ({"device": "gpu"}, "--target embedded runs ONNX Runtime on the CPU"),
+    ({"target": "onnxruntime", "ort_tensorrt": True}, "--ort-tensorrt is ONNX Runtime's TensorRT execution provider"),
+    ({"target": "tensorrt", "ort_tensorrt": True}, "use it with --target onnxruntime --device gpu"),
+    ({"target": "onnxruntime", "device": "tpu"}, "unknown --device 'tpu'; choose one of cpu, gpu"),
+])
+def test_devices_each_target_can_use(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        BuildOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def test_defer_plan_is_for_the_tensorrt_target() -> None:
+    from generator.builder.options import TensorRTOptions
+
+    with pytest.raises(SpecError, match="--defer-plan leaves the TensorRT plan to build later"):
+        BuildOptions(target="onnxruntime", tensorrt=TensorRTOptions(defer_plan=True))
+    assert BuildOptions(target="tensorrt", tensorrt=TensorRTOptions(defer_plan=True)).tensorrt.defer_plan
+
+
+@pytest.mark.parametrize(("kwargs", "device"), [
+    ({}, "cpu"), ({"target": "onnxruntime"}, "cpu"), ({"target": "onnxruntime", "device": "gpu"}, "gpu"),
+    ({"target": "tensorrt"}, "gpu"), ({"target": "tensorrt", "device": "gpu"}, "gpu"),
+])
+def test_the_detector_device_defaults_to_the_targets(kwargs: dict[str, object], device: str) -> None:
+    assert BuildOptions(**kwargs).detector_device == device  # type: ignore[arg-type]

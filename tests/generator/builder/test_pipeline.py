@@ -246,29 +246,74 @@ def test_the_demo_is_recognised_by_content(tmp_path: Path) -> None:
     assert not is_demo(copy)
 
 
-def test_tensorrt_target_gets_the_reduced_graph(onnx_path: Path, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The plan is built from the served graph, suffix included; the configs follow the plan's bindings."""
-    from generator.builder.tensorrt import availability
-    from generator.builder.tensorrt import step as tensorrt_step
+def test_static_batch_one_export_loads_on_onnxruntime(tmp_path: Path) -> None:
+    """Ultralytics' default static export: the ONNX Runtime backend needs a dynamic first dim for batching."""
+    from generator.builder.config.load_rules import repository_violations
+    from generator.builder.config.model_io import onnxruntime_io
 
-    received: list[onnx.ModelProto] = []
+    path = save(make_detector(batch=1, metadata=ultralytics_metadata()), tmp_path / "static1.onnx")
+    repo = build_repository(path, tmp_path / "repo", BuildOptions(target="onnxruntime", max_batch=8)).output
+    detector = read_config(repo / "yolo_detector" / "config.pbtxt")
+    assert detector.max_batch_size == 0 and list(detector.input[0].dims) == [1, 64, 64, 3]
+    assert read_config(repo / "yolo" / "config.pbtxt").max_batch_size == 1
+    files = files_on_disk(repo)
+    io = {"yolo_detector": onnxruntime_io(files["yolo_detector/1/model.onnx"])}
+    assert repository_violations(files, io) == []
+    # What the build wrote before: max_batch_size 1 with the batch dim left out, which the backend refuses.
+    files["yolo_detector/config.pbtxt"] = files["yolo_detector/config.pbtxt"].replace(
+        b"max_batch_size: 0", b"max_batch_size: 1").replace(b"[ 1, 64, 64, 3 ]", b"[ 64, 64, 3 ]").replace(
+        b"[ 1, 6, 64 ]", b"[ 6, 64 ]")
+    messages = [v.message for v in repository_violations(files, io)]
+    assert any("for the model to support batching the shape should have at least 1 dimension and the first "
+               "dimension must be -1" in m and "yolo export ... dynamic=True" in m for m in messages), messages
 
-    def fake_plan(served, info, options):
-        received.append(served)
-        (output,) = served.graph.output
-        dims = [d.dim_value or -1 for d in output.type.tensor_type.shape.dim]
-        overrides = {"max_batch_size": options.max_batch, "input_name": SERVED_INPUT, "input_dtype": "TYPE_UINT8",
-                     "input_dims": [64, 64, 3], "output_name": output.name, "output_dtype": "TYPE_FP32",
-                     "output_dims": dims[1:], "cuda_graphs": False, "warmup_file": ""}
-        return tensorrt_step.TensorRTArtifacts({"1/model.plan": b"plan"}, overrides, {})
 
-    monkeypatch.setattr(availability, "require_tensorrt_and_gpu", lambda: None)
-    monkeypatch.setattr(tensorrt_step, "build_tensorrt_detector", fake_plan)
-    build_repository(onnx_path, tmp_path / "repo", BuildOptions(target="tensorrt"))
-    (served,) = received
-    assert [o.name for o in served.graph.output] == [REDUCED_OUTPUT]
-    nms = read_config(tmp_path / "repo" / "yolo_nms" / "config.pbtxt")
-    assert nms.parameters["layout"].string_value == "v8_reduced"
-    assert nms.parameters["raw_output"].string_value == REDUCED_OUTPUT
-    assert (nms.input[0].name, list(nms.input[0].dims)) == (REDUCED_OUTPUT, [6, 64])
+def test_onnxruntime_on_a_gpu(onnx_path: Path, tmp_path: Path) -> None:
+    options = BuildOptions(target="onnxruntime", device="gpu", ort_tensorrt=True, precision="fp32")
+    repo = build_repository(onnx_path, tmp_path / "repo", options).output
+    detector = read_config(repo / "yolo_detector" / "config.pbtxt")
+    assert detector.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    (accelerator,) = detector.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.name == "tensorrt" and accelerator.parameters["trt_engine_cache_enable"] == "1"
+    # The warmup builds (or loads) the provider's engine at load time, on a real image.
+    warmup = repo / "yolo_detector" / "warmup" / detector.model_warmup[0].inputs[SERVED_INPUT].input_data_file
+    assert warmup.stat().st_size == 64 * 64 * 3
+    for step in ("yolo_preprocess", "yolo_nms"):
+        assert read_config(repo / step / "config.pbtxt").instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+
+
+def unresolved_head_model() -> onnx.ModelProto:
+    """A v5 head reshaped by a shape computed in the graph: the anchors dim is known only when it runs."""
+    from onnx import helper, numpy_helper
+
+    model = make_detector("v5", metadata=ultralytics_metadata())
+    graph = model.graph
+    (last,) = [n for n in graph.node if "output0" in n.output]
+    last.output[0] = "head"
+    graph.initializer.extend([numpy_helper.from_array(np.array([-1, 7], dtype=np.int64), "tail"),
+                              numpy_helper.from_array(np.array([0], dtype=np.int64), "zero")])
+    graph.node.extend([
+        helper.make_node("Shape", ["head"], ["head_shape"]),
+        helper.make_node("Gather", ["head_shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Concat", ["batch", "tail"], ["new_shape"], axis=0),
+        helper.make_node("Reshape", ["head", "new_shape"], ["output0"]),
+    ])
+    graph.output[0].type.tensor_type.shape.dim[1].Clear()  # neither a value nor a name
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_onnxruntime_config_follows_what_onnxruntime_reports(tmp_path: Path) -> None:
+    """ONNX Runtime reports the unresolved dim as -1, and the backend compares outputs exactly
+    (onnxruntime_utils.cc CompareDimsSupported); the size learnt by running the model would not load."""
+    from generator.builder.config.model_io import onnxruntime_io
+
+    path = save(unresolved_head_model(), tmp_path / "unresolved.onnx")
+    repo = build_repository(path, tmp_path / "repo", BuildOptions(target="onnxruntime")).output
+    reported = onnxruntime_io((repo / "yolo_detector" / "1" / "model.onnx").read_bytes()).outputs[0].shape
+    assert reported == (-1, -1, 7)
+    detector, nms = (read_config(repo / m / "config.pbtxt") for m in ("yolo_detector", "yolo_nms"))
+    assert list(detector.output[0].dims) == [-1, 7] and list(nms.input[0].dims) == [-1, 7]
+    # The embedded runner does not care: it keeps the size the build learnt.
+    build_repository(path, tmp_path / "embedded", BuildOptions())
+    assert list(read_config(tmp_path / "embedded" / "yolo_detector" / "config.pbtxt").output[0].dims) == [64, 7]

@@ -1,10 +1,29 @@
 import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from generator.builder.manifest import Manifest, PlanFacts, Thresholds, write_manifest
+from generator.builder.manifest import MANIFEST_NAME, Manifest, PlanFacts, Thresholds, hash_repository
+from generator.builder.options import BuildOptions, TensorRTOptions
+from generator.builder.pipeline import build_repository
 from generator.builder.tensorrt.availability import machine_facts
 from generator.cli import check, main
+from tests.generator.builder.tensorrt.fake_child import use_fake_child
+from tests.generator.builder.tensorrt.fake_libnvinfer import build_libnvinfer, fake_nvidia_smi
+from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
+
+PROJECT = Path(__file__).resolve().parents[3]
+
+
+def write_manifest(root, manifest):
+    final = replace(manifest, files=hash_repository(root))
+    (root / MANIFEST_NAME).write_text(json.dumps(final.to_json(), indent=2) + "\n")
+    return final
 
 
 def _repository(root, plan=None):
@@ -42,7 +61,9 @@ def test_tampered_file_exits_1_with_one_line_per_mismatch(tmp_path, capsys):
     assert lines[2].endswith("2 mismatch(es)")
 
 
-PLAN = PlanFacts("10.3.0.26", "12.6", "NVIDIA A100-SXM4-40GB", "8.0", "nvcr.io/nvidia/tritonserver:24.08-py3")
+PLAN = PlanFacts(plan_file="yolo_detector/1/model.plan", tensorrt_version="10.3.0.26", cuda_version="12.6",
+                 gpu_name="NVIDIA A100-SXM4-40GB", compute_capability="8.0",
+                 triton_image="nvcr.io/nvidia/tritonserver:24.08-py3")
 
 
 @pytest.mark.skipif(machine_facts().tensorrt_version is not None, reason="TensorRT is present here")
@@ -50,7 +71,7 @@ def test_plan_repository_on_a_machine_without_tensorrt(tmp_path, capsys):
     repo = _repository(tmp_path, PLAN)
     assert main(["check", str(repo)]) == 1
     err = capsys.readouterr().err
-    assert "plan was built with TensorRT 10.3 on NVIDIA A100-SXM4-40GB" in err and "--files-only" in err
+    assert "plan was built with TensorRT 10.3.0 on NVIDIA A100-SXM4-40GB" in err and "--files-only" in err
     assert main(["check", "--files-only", str(repo)]) == 0
     assert "files checked" in capsys.readouterr().out
 
@@ -70,3 +91,86 @@ def test_module_contract():
     check.add_arguments(parser)
     args = parser.parse_args(["repo", "--offline"])
     assert args.files_only is True
+
+
+# --- a real TensorRT repository, checked the way the Triton image checks it ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def detector_onnx(tmp_path_factory):
+    model = make_detector("v8", metadata=ultralytics_metadata(names=("a", "b")), seed=3)
+    return save(model, tmp_path_factory.mktemp("check") / "tiny.onnx")
+
+
+def _deferred(onnx_path, output, **tensorrt):
+    options = BuildOptions(target="tensorrt", tensorrt=TensorRTOptions(defer_plan=True, **tensorrt))
+    return build_repository(onnx_path, output, options).output
+
+
+def test_a_pending_plan_says_exactly_what_to_run(detector_onnx, tmp_path, capsys):
+    repo = _deferred(detector_onnx, tmp_path / "repo")
+    assert main(["check", str(repo)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].endswith(f"run: python -m generator plan {repo}")
+    assert main(["check", "--files-only", str(repo)]) == 0
+    assert f"the TensorRT plan is still to be built: python -m generator plan {repo}" in capsys.readouterr().out
+
+
+def _triton_image(monkeypatch, tmp_path, version):
+    """This machine as the Triton image sees it: libnvinfer on LD_LIBRARY_PATH and a GPU behind nvidia-smi."""
+    library = build_libnvinfer(tmp_path / f"tensorrt-{version}", version)
+    smi = fake_nvidia_smi(tmp_path / "bin")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(library.parent))
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    return library
+
+
+def test_check_in_the_triton_image_uses_its_libnvinfer(detector_onnx, tmp_path, monkeypatch, capsys):
+    use_fake_child(monkeypatch)  # the plan is "built" with TensorRT 10.3.0 on an H100 (compute capability 9.0)
+    repo = _deferred(detector_onnx, tmp_path / "repo", version_compatible=True)
+    assert main(["plan", str(repo)]) == 0
+    capsys.readouterr()
+    library = _triton_image(monkeypatch, tmp_path, 100300)
+    assert main(["check", str(repo)]) == 0
+    out = capsys.readouterr().out
+    assert f"TensorRT (libnvinfer at {library}) and GPU checked" in out
+    assert "Triton needs --backend-config=tensorrt,version-compatible=true" in out
+    # What an entrypoint starts tritonserver with: the flags alone on stdout.
+    assert main(["check", "--server-flags", str(repo)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "--backend-config=tensorrt,version-compatible=true\n"
+    assert "files match the manifest" in captured.err
+    # A later 10.x library runs the version-compatible plan; an older one does not.
+    _triton_image(monkeypatch, tmp_path, 100800)
+    assert main(["check", str(repo)]) == 0
+    older = _triton_image(monkeypatch, tmp_path, 100200)
+    assert main(["check", str(repo)]) == 1
+    err = capsys.readouterr().err
+    assert f"plan built with TensorRT 10.3.0 but this machine has 10.2.0 (libnvinfer at {older})" in err
+    assert f"rebuild the plan with this TensorRT on this GPU: python -m generator plan {repo} --force" in err
+
+
+def test_a_plain_plan_needs_the_images_exact_tensorrt(detector_onnx, tmp_path, monkeypatch, capsys):
+    use_fake_child(monkeypatch)
+    repo = _deferred(detector_onnx, tmp_path / "repo")
+    assert main(["plan", str(repo)]) == 0
+    capsys.readouterr()
+    _triton_image(monkeypatch, tmp_path, 100301)
+    assert main(["check", str(repo)]) == 1
+    captured = capsys.readouterr()
+    assert "a plan loads only with the TensorRT that built it (10.3.0), not 10.3.1" in captured.err
+    assert "Triton needs" not in captured.out and "Triton needs" not in captured.err
+    assert main(["check", "--server-flags", "--files-only", str(repo)]) == 0
+    assert capsys.readouterr().out == "\n"  # a plain plan needs no extra flag
+
+
+def test_check_needs_only_the_standard_library(detector_onnx, tmp_path):
+    """The Triton image has none of the project's dependencies: python -S sees the standard library only."""
+    repo = _deferred(detector_onnx, tmp_path / "repo")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(PROJECT)}
+    done = subprocess.run([sys.executable, "-S", "-m", "generator", "check", str(repo)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stderr
+    assert f"run: python -m generator plan {repo}" in done.stderr and "Traceback" not in done.stderr
+    done = subprocess.run([sys.executable, "-S", "-c", "import onnx"], env=env, capture_output=True, check=False)
+    assert done.returncode != 0  # the check above really ran without third-party packages

@@ -35,7 +35,7 @@ def onnx_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_help_lists_the_subcommands() -> None:
     done = run_module("--help")
     assert done.returncode == 0, done.stderr
-    for command in ("build", "serve", "check", "validate"):
+    for command in ("build", "serve", "check", "validate", "plan", "selftest"):
         assert command in done.stdout
     assert "unavailable" not in done.stdout
 
@@ -44,7 +44,7 @@ def test_build_help_has_the_contract_flags() -> None:
     done = run_module("build", "--help")
     assert done.returncode == 0, done.stderr
     for flag in ("--onnx", "--output", "--target", "--name", "--precision", "--max-batch", "--conf-threshold",
-                 "--iou-threshold", "--max-detections"):
+                 "--iou-threshold", "--max-detections", "--defer-plan", "--device", "--ort-tensorrt"):
         assert flag in done.stdout
     assert "{embedded,onnxruntime,tensorrt}" in done.stdout
 

@@ -11,17 +11,14 @@ import pytest
 from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
-from generator.builder.config.render import (
-    _environment,
-    check_ensemble_wiring,
-    detector_max_batch,
-    parse_config,
-    render_models,
-)
+from generator.builder.config.detector_io import declared_io, detector_io
+from generator.builder.config.load_rules import check_ensemble_wiring
+from generator.builder.config.render import _environment, parse_config, render_models
 from generator.builder.onnx_inspect import DetectorInfo, TensorInfo
-from generator.builder.options import BuildOptions
-from generator.builder.pipeline import step_parameters
+from generator.builder.options import BuildOptions, TensorRTOptions
+from generator.builder.pipeline import build_repository, step_parameters
 from generator.errors import ConfigError
+from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
 
 GOLDEN = Path(__file__).parent / "golden"
 # Regenerate with UPDATE_GOLDEN=1 after an intended template change, then read the diff.
@@ -47,18 +44,86 @@ def served(static_batch: int | None = None, names: tuple[str, ...] = ("a", "b"),
     )
 
 
+def with_head(layout: str) -> DetectorInfo:
+    """The served detector with each head layout the NMS step decodes."""
+    outputs = {"v8": ("output0", (6, 64)), "v8_reduced": ("boxes_score_class", (6, 64)),
+               "v5": ("output0", (64, 7)), "end2end": ("output0", (64, 6))}
+    name, dims = outputs[layout]
+    info = served()
+    return DetectorInfo(**{**info.__dict__, "layout": layout,
+                           "output": TensorInfo(name, TensorProto.FLOAT, ("batch", *dims))})
+
+
 def configs(models: dict) -> dict[str, mc.ModelConfig]:
     return {name: r.config for name, r in models.items()}
 
 
+def assert_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} differs from its golden file (UPDATE_GOLDEN=1 to regenerate)"
+
+
 @pytest.mark.parametrize("step", ["yolo", "yolo_preprocess", "yolo_detector", "yolo_nms"])
-def test_golden_configs(step: str) -> None:
+def test_embedded_golden_configs(step: str) -> None:
     models = render_models(served(), BuildOptions(max_batch=4, max_detections=10), EXTRA)
     assert list(models) == ["yolo", "yolo_preprocess", "yolo_detector", "yolo_nms"]
-    path = GOLDEN / f"{step}.pbtxt"
-    if UPDATE:
-        path.write_text(models[step].text)
-    assert models[step].text == path.read_text()
+    assert_golden(f"embedded/{step}.pbtxt", models[step].text)
+
+
+@pytest.mark.parametrize("layout", ["v8", "v8_reduced", "v5", "end2end"])
+def test_nms_golden_per_head_layout(layout: str) -> None:
+    info = with_head(layout)
+    models = render_models(info, BuildOptions(max_batch=4, max_detections=10),
+                           step_parameters(BuildOptions(), info.output.name))
+    assert_golden(f"nms_{layout}/yolo_nms.pbtxt", models["yolo_nms"].text)
+    assert models["yolo_nms"].config.parameters["layout"].string_value == layout
+
+
+# Real builds of a small factory detector: the configs Triton will parse for each target, byte for byte.
+BUILDS = {
+    "onnxruntime_cpu": ({}, BuildOptions(target="onnxruntime", max_batch=4, max_detections=10)),
+    "onnxruntime_gpu": ({}, BuildOptions(target="onnxruntime", device="gpu", ort_tensorrt=True, precision="fp32",
+                                         max_batch=4, max_detections=10)),
+    "onnxruntime_static1": ({"batch": 1}, BuildOptions(target="onnxruntime", max_batch=4, max_detections=10)),
+    "tensorrt_deferred": ({}, BuildOptions(target="tensorrt", max_batch=4, max_detections=10,
+                                           tensorrt=TensorRTOptions(defer_plan=True, opt_batch=2))),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("golden-builds")
+    repositories = {}
+    for scenario, (shape, options) in BUILDS.items():
+        model = make_detector("v8", metadata=ultralytics_metadata(names=("a", "b")), seed=0, **shape)
+        onnx_path = save(model, root / f"{scenario}.onnx")
+        repositories[scenario] = build_repository(onnx_path, root / scenario, options).output
+    return repositories
+
+
+@pytest.mark.parametrize(("scenario", "model"), [
+    ("onnxruntime_cpu", "yolo_detector"), ("onnxruntime_gpu", "yolo_detector"),
+    ("onnxruntime_static1", "yolo_detector"), ("onnxruntime_static1", "yolo"),
+    ("tensorrt_deferred", "yolo_detector"),
+])
+def test_built_golden_configs(built: dict[str, Path], scenario: str, model: str) -> None:
+    assert_golden(f"{scenario}/{model}.pbtxt", (built[scenario] / model / "config.pbtxt").read_text())
+
+
+def test_deferred_build_spec_golden(built: dict[str, Path]) -> None:
+    assert_golden("tensorrt_deferred/build_spec.json",
+                  (built["tensorrt_deferred"] / "yolo_detector" / "1" / "build_spec.json").read_text())
+
+
+def test_every_golden_parses_with_the_triton_proto() -> None:
+    goldens = sorted(GOLDEN.rglob("*.pbtxt"))
+    assert len(goldens) == 4 + 4 + 5, [p.relative_to(GOLDEN).as_posix() for p in goldens]
+    for path in goldens:
+        config = parse_config(path.stem, path.read_text())
+        assert config.name == path.stem
 
 
 @pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
@@ -74,6 +139,35 @@ def test_every_target_parses_with_the_triton_proto(target: str) -> None:
     assert detector.backend == ("python" if target == "embedded" else "")
     expected_kind = mc.ModelInstanceGroup.KIND_GPU if target == "tensorrt" else mc.ModelInstanceGroup.KIND_CPU
     assert detector.instance_group[0].kind == expected_kind
+    # Platform detectors warm up on a real image; the Python steps never run on a GPU.
+    assert bool(detector.model_warmup) == (target != "embedded")
+    for step in ("yolo_preprocess", "yolo_nms"):
+        assert models[step].config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+
+
+@pytest.mark.parametrize(("options", "kind"), [
+    (BuildOptions(target="onnxruntime"), "KIND_CPU"),
+    (BuildOptions(target="onnxruntime", device="cpu"), "KIND_CPU"),
+    (BuildOptions(target="onnxruntime", device="gpu"), "KIND_GPU"),
+    (BuildOptions(target="tensorrt"), "KIND_GPU"),
+    (BuildOptions(target="tensorrt", device="gpu"), "KIND_GPU"),
+    (BuildOptions(), "KIND_CPU"),
+])
+def test_detector_instances_run_on_the_targets_device(options: BuildOptions, kind: str) -> None:
+    detector = configs(render_models(served(), options, EXTRA))["yolo_detector"]
+    assert mc.ModelInstanceGroup.Kind.Name(detector.instance_group[0].kind) == kind
+
+
+@pytest.mark.parametrize(("precision", "mode"), [("fp32", "FP32"), ("fp16", "FP16"), ("int8", "INT8")])
+def test_ort_tensorrt_accelerator_takes_the_graphs_precision(precision: str, mode: str) -> None:
+    options = BuildOptions(target="onnxruntime", device="gpu", ort_tensorrt=True, precision=precision,
+                           max_batch=6)
+    detector = configs(render_models(served(), options, EXTRA))["yolo_detector"]
+    (accelerator,) = detector.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == mode
+    assert accelerator.parameters["trt_engine_cache_enable"] == "1"
+    assert accelerator.parameters["trt_profile_min_shapes"] == "images_bgr_u8:1x64x64x3"
+    assert accelerator.parameters["trt_profile_max_shapes"] == "images_bgr_u8:6x64x64x3"
 
 
 def test_config_values_follow_the_options() -> None:
@@ -120,18 +214,26 @@ def test_onnx_tensor_names_reach_the_config_unchanged(target: str, tensor: str) 
     models = configs(render_models(info, BuildOptions(target=target), {"nms": {"raw_output": tensor}}))
     assert models["yolo_detector"].output[0].name == tensor
     assert models["yolo_detector"].input[0].name == "in\\" + tensor
+    assert target == "embedded" or set(models["yolo_detector"].model_warmup[0].inputs) == {"in\\" + tensor}
     assert models["yolo_nms"].input[0].name == tensor
     assert models["yolo_nms"].parameters["raw_output"].string_value == tensor
     steps = models["yolo"].ensemble_scheduling.step
     assert set(steps[1].input_map) == {"in\\" + tensor} and set(steps[1].output_map) == {tensor}
 
 
-def test_static_batch_one_on_onnxruntime_limits_the_ensemble() -> None:
+def test_static_batch_one_on_onnxruntime_does_not_batch_the_detector() -> None:
+    # The ONNX Runtime backend refuses max_batch_size > 0 unless the ONNX batch dim is dynamic
+    # (onnxruntime_utils.cc CompareDimsSupported): the detector takes full dims and max_batch_size 0.
     models = configs(render_models(served(static_batch=1), BuildOptions(target="onnxruntime", max_batch=8), EXTRA))
-    assert models["yolo_detector"].max_batch_size == 1
+    detector = models["yolo_detector"]
+    assert detector.max_batch_size == 0
+    assert list(detector.input[0].dims) == [1, 64, 64, 3] and list(detector.output[0].dims) == [1, 6, 64]
+    assert list(detector.model_warmup[0].inputs["images_bgr_u8"].dims) == [1, 64, 64, 3]
+    # One image per ensemble request; preprocess and NMS still batch across requests.
     assert models["yolo"].max_batch_size == 1
-    assert models["yolo_preprocess"].max_batch_size == 8
-    assert list(models["yolo_detector"].input[0].dims) == [64, 64, 3]
+    assert models["yolo_preprocess"].max_batch_size == 8 and models["yolo_nms"].max_batch_size == 8
+    assert list(models["yolo_preprocess"].output[0].dims) == [64, 64, 3]
+    assert list(models["yolo_nms"].input[0].dims) == [6, 64]
 
 
 def test_static_batch_three_on_onnxruntime_is_refused() -> None:
@@ -141,7 +243,8 @@ def test_static_batch_three_on_onnxruntime_is_refused() -> None:
 
 def test_static_batch_on_embedded_keeps_max_batch() -> None:
     # The embedded runner cuts and pads batches to the static size itself.
-    assert detector_max_batch(served(static_batch=3), BuildOptions(max_batch=8)) == 8
+    io = detector_io(declared_io(served(static_batch=3)), served(static_batch=3), BuildOptions(max_batch=8))
+    assert io.max_batch_size == 8 and io.warmup is None
     models = configs(render_models(served(static_batch=3), BuildOptions(max_batch=8), EXTRA))
     assert models["yolo"].max_batch_size == 8
 
@@ -159,6 +262,9 @@ def test_unknown_field_in_a_config_is_refused() -> None:
         parse_config("x", 'name: "x"\nmax_batch_sise: 4\n')
     with pytest.raises(ConfigError):
         parse_config("x", 'name: "x"\ninstance_group [ { kind: KIND_TPU } ]\n')
+    # A field of newer Triton releases (common r25.12+) is unknown to 2.51 and fails its strict parse.
+    with pytest.raises(ConfigError):
+        parse_config("x", 'name: "x"\nplatform: "ensemble"\nensemble_scheduling { max_inflight_requests: 4 }\n')
 
 
 # --- the wiring checker on deliberately broken configs --------------------------------------------------
@@ -241,6 +347,22 @@ def test_ensemble_batch_above_a_composing_model(good: tuple[mc.ModelConfig, dict
     models["yolo_nms"].max_batch_size = 2
     with pytest.raises(ConfigError, match="ensemble max_batch_size 4 exceeds 'yolo_nms' max_batch_size 2"):
         check_ensemble_wiring(ensemble, models)
+
+
+def test_a_non_batching_step_limits_the_ensemble_to_one_image(
+        good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:
+    ensemble, models = good
+    detector = models["yolo_detector"]
+    detector.max_batch_size = 0
+    detector.input[0].dims[:] = [1, 64, 64, 3]
+    detector.output[0].dims[:] = [1, 6, 64]
+    # Triton accepts max_batch_size 0 inside a batching ensemble (full dims [1, ...] match [-1, ...]),
+    # but a request with two images would reach the detector as [2, ...] and fail.
+    with pytest.raises(ConfigError, match="'yolo_detector' does not batch and takes a leading batch of 1; the "
+                                          "ensemble must have max_batch_size 1"):
+        check_ensemble_wiring(ensemble, models)
+    ensemble.max_batch_size = 1
+    check_ensemble_wiring(ensemble, models)
 
 
 def test_unknown_composing_model(good: tuple[mc.ModelConfig, dict[str, mc.ModelConfig]]) -> None:

@@ -5,6 +5,8 @@ from onnx import numpy_helper
 
 from generator.builder.precision.calibration import digest_batches, split_to_model_batch
 from generator.builder.precision.errors import CalibrationError, PrecisionError
+from generator.builder.precision.fp16 import fp32_node_names
+from generator.builder.precision.head import find_detection_head
 from generator.builder.precision.int8 import Int8Options, quantize_int8
 from tests.generator.builder.precision.toy_detector import build_toy_detector, run
 
@@ -34,15 +36,50 @@ def test_qdq_is_symmetric_int8_with_per_channel_conv_weights(quantized):
     dq = _dq_inputs(model)
     assert dq, "no DequantizeLinear nodes"
     zero_points = [inputs[2] for inputs in dq.values() if len(inputs) > 2 and inputs[2]]
-    assert zero_points
+    assert len(zero_points) == len(dq)
     for name in zero_points:
         zero = _initializer(model, name)
-        assert zero.dtype in (np.int8, np.int32) and not np.any(zero), f"{name} is not symmetric"
+        assert zero.dtype == np.int8 and not np.any(zero), f"{name} is not symmetric INT8"
     conv = next(n for n in model.graph.node if n.name == "c3/Conv")
     weight_inputs = dq[conv.input[1]]
     weights = _initializer(model, weight_inputs[0])
     assert weights.dtype == np.int8 and weights.min() >= -127
     assert _initializer(model, weight_inputs[1]).shape == (16,)  # one scale per output channel
+
+
+def test_conv_biases_stay_float_and_only_conv_inputs_are_quantized(quantized):
+    """TensorRT's parser takes only INT8/FP8/INT4 into DequantizeLinear (issue 10: no INT32 bias)."""
+    model = quantized.model
+    initializers = {i.name: i for i in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear" and node.input[0] in initializers:
+            assert initializers[node.input[0]].data_type == onnx.TensorProto.INT8, node.name
+        if node.op_type == "Conv" and len(node.input) > 2:
+            assert node.input[2] in initializers, f"{node.name}: bias is computed, not a float initializer"
+            assert initializers[node.input[2]].data_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT)
+    consumers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            if name in producers and producers[name].op_type == "DequantizeLinear":
+                consumers.setdefault(name, set()).add(node.op_type)
+    # A quantized tensor may also feed a Concat (the Q/DQ pair is shared), but every one feeds a Conv.
+    assert consumers and all("Conv" in ops for ops in consumers.values()), consumers
+    assert max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 19
+
+
+def test_unquantized_body_is_fp16_and_head_tail_fp32(toy_model, quantized):
+    fp32 = set(fp32_node_names(quantized.model))
+    assert set(find_detection_head(toy_model).tail) <= fp32
+    assert {"c1/Sigmoid", "c1/Mul", "cat/Concat"}.isdisjoint(fp32)
+    scales = [i for i in quantized.model.graph.initializer if i.name.endswith("_scale")]
+    assert scales and all(i.data_type == onnx.TensorProto.FLOAT16 for i in scales)
+
+
+def test_fp32_float_layers_when_asked(toy_model, scene_batches, tmp_path):
+    result = _quantize(toy_model, scene_batches[:2], tmp_path, options=Int8Options(float_dtype="fp32"))
+    types = {i.data_type for i in result.model.graph.initializer}
+    assert onnx.TensorProto.FLOAT16 not in types and result.float_dtype == "fp32"
 
 
 def test_head_tail_is_not_quantized(quantized):
@@ -136,6 +173,22 @@ def test_user_errors(toy_model, scene_batches, tmp_path):
         _quantize(toy_model, scene_batches, tmp_path, options=Int8Options(nodes_to_exclude=("no/such",)))
     with pytest.raises(CalibrationError, match="no calibration images"):
         _quantize(toy_model, [], tmp_path)
+    with pytest.raises(PrecisionError, match="minmax or entropy"):
+        Int8Options(tool="modelopt", method="percentile")
+
+
+def test_old_onnxruntime_is_refused_with_the_fix(toy_model, scene_batches, tmp_path, monkeypatch):
+    import onnxruntime
+
+    monkeypatch.setattr(onnxruntime, "__version__", "1.24.4")
+    with pytest.raises(PrecisionError, match=r"onnxruntime>=1\.32 \(found 1\.24\.4\).*pip install"):
+        _quantize(toy_model, scene_batches, tmp_path)
+
+
+def test_quantizer_leaves_nothing_in_the_working_directory(toy_model, scene_batches, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _quantize(toy_model, scene_batches[:2], tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calib"]
 
 
 def test_split_to_model_batch():

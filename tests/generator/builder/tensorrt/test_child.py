@@ -67,3 +67,34 @@ def test_child_cli_exits_1_with_one_line(tmp_path):
     )
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: cannot build a TensorRT plan")
+
+
+def test_the_child_command_can_be_pointed_elsewhere(monkeypatch):
+    from generator.builder.tensorrt.child import CHILD_ENV, child_command
+
+    monkeypatch.delenv(CHILD_ENV, raising=False)
+    assert child_command() == [sys.executable, "-m", "generator.builder.tensorrt.child"]
+    monkeypatch.setenv(CHILD_ENV, "docker exec builder 'python3' -m generator.builder.tensorrt.child")
+    assert child_command() == ["docker", "exec", "builder", "python3", "-m", "generator.builder.tensorrt.child"]
+
+
+@pytest.mark.skipif(CAN_BUILD, reason="this machine has TensorRT and a GPU")
+def test_probe_says_what_this_machine_lacks(monkeypatch):
+    from generator.builder.tensorrt.child import CHILD_ENV, probe_builder
+    from generator.builder.tensorrt.errors import TensorRTUnavailableError
+
+    monkeypatch.delenv(CHILD_ENV, raising=False)
+    with pytest.raises(TensorRTUnavailableError, match=r"^cannot build a TensorRT plan on this machine: ") as caught:
+        probe_builder()
+    assert "\n" not in str(caught.value)
+
+
+def test_probe_reports_the_childs_machine(monkeypatch):
+    from generator.builder.tensorrt.child import probe_builder
+    from tests.generator.builder.tensorrt.fake_child import GPU, use_fake_child
+
+    use_fake_child(monkeypatch)
+    monkeypatch.setenv("FAKE_TRT_VERSION", "11.1.0.4")
+    facts = probe_builder()
+    assert facts.tensorrt_version == "11.1.0.4"
+    assert facts.gpu is not None and (facts.gpu.name, facts.gpu.compute_capability) == (GPU["name"], "9.0")

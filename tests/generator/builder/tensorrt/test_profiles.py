@@ -68,3 +68,17 @@ def test_shape_profile_invariants_and_json_roundtrip():
     assert ShapeProfile.from_json(profile.to_json()) == profile
     with pytest.raises(ProfileError, match="unknown profile key"):
         ShapeProfile.from_json({**profile.to_json(), "extra": 1})
+
+
+def test_served_uint8_images_are_nhwc():
+    # The normalisation prefix serves [N, H, W, 3]: its last dim is the channels, not a width of 3.
+    profile = detector_profile("images_bgr_u8", ["batch", 320, 320, 3], max_batch=8, opt_batch=2,
+                               height=320, width=320, layout="NHWC")
+    assert profile.min == (1, 320, 320, 3) and profile.opt == (2, 320, 320, 3) and profile.max == (8, 320, 320, 3)
+    wide = detector_profile("images_bgr_u8", ["n", "h", "w", 3], 4, height=DimRange(320, 480, 640), width=640,
+                            layout="NHWC")
+    assert wide.min == (1, 320, 640, 3) and wide.max == (4, 640, 640, 3)
+    with pytest.raises(ProfileError, match="fixed width of 320; it cannot be built for 640"):
+        detector_profile("images_bgr_u8", ["n", 320, 320, 3], 4, height=320, width=640, layout="NHWC")
+    with pytest.raises(ProfileError, match="dynamic channel"):
+        detector_profile("images_bgr_u8", ["n", 320, 320, "c"], 4, layout="NHWC")
