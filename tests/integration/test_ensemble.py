@@ -69,8 +69,8 @@ def test_served_detections_equal_reference(triton_server, reference, protocol, s
 def test_boxes_are_in_source_pixels(triton_server) -> None:
     """Ground truth is known in the original 1280x720 frame: detections must land on it there.
 
-    Only shapes of at least 64 px count: the small demo detector misses many small ones (see its README),
-    which says nothing about the coordinate mapping tested here.
+    Every shape counts, the smallest (29 px, 14 px in the letterboxed input) too: the demo detector finds
+    35 of these 37 (see its README), so a coordinate mapping that is off shows at once.
     """
     matched = total = 0
     for seed in range(7, 17):
@@ -80,12 +80,10 @@ def test_boxes_are_in_source_pixels(triton_server) -> None:
         boxes = served["detection_boxes"][0, :count]
         assert (boxes[:, [0, 2]] <= 1280).all() and (boxes[:, [1, 3]] <= 720).all() and (boxes >= 0).all()
         for truth in scene.boxes:
-            if min(truth[2] - truth[0], truth[3] - truth[1]) < 64:
-                continue
             total += 1
             matched += bool(count) and _iou(truth, boxes).max() > 0.5
-    assert total >= 20
-    assert matched >= 0.7 * total, f"only {matched} of {total} shapes found with IoU > 0.5"
+    assert total >= 30
+    assert matched >= 0.85 * total, f"only {matched} of {total} shapes found with IoU > 0.5"
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from generator import __version__
-from generator.demo.model import STRIDES, TinyYolo
+from generator.demo.training.model import STRIDES, TinyYolo
 from generator.synthetic import CLASS_NAMES
 
 OPSET = 17

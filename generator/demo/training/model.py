@@ -11,6 +11,12 @@ import torch
 from torch import nn
 
 STRIDES = (8, 16, 32)
+# Channels of the stem (strides 2, 4) and of strides 8, 16, 32; head branch widths and C2f depths per level.
+# Chosen for ONNX Runtime on a 2-core CPU at 640x640: the stride-2..8 layers cost most of the time, so the
+# capacity sits at strides 16 and 32 (see generator/demo/README.md).
+WIDTHS = (16, 24, 32, 64, 96)
+HEAD_WIDTHS = (32, 48, 64)
+DEPTHS = (1, 2, 1)
 
 
 class ConvBN(nn.Sequential):
@@ -90,21 +96,31 @@ class TinyYolo(nn.Module):
     points: torch.Tensor
     strides: torch.Tensor
 
-    def __init__(self, nc: int, imgsz: int = 320, widths: tuple[int, ...] = (16, 24, 32, 48, 64)) -> None:
+    def __init__(
+        self,
+        nc: int,
+        imgsz: int = 640,
+        widths: tuple[int, ...] = WIDTHS,
+        head_widths: tuple[int, ...] = HEAD_WIDTHS,
+        depths: tuple[int, ...] = DEPTHS,
+    ) -> None:
         super().__init__()
         w0, w1, w2, w3, w4 = widths
+        d3, d4, d5 = depths
         self.nc, self.imgsz = nc, imgsz
         # No block at stride 4: on 2 CPU threads the large early activations cost more than they give.
         self.stem = nn.Sequential(ConvBN(3, w0, 3, 2), ConvBN(w0, w1, 3, 2))
-        self.down3 = nn.Sequential(ConvBN(w1, w2, 3, 2), C2f(w2, w2))
-        self.down4 = nn.Sequential(ConvBN(w2, w3, 3, 2), C2f(w3, w3))
-        self.down5 = nn.Sequential(ConvBN(w3, w4, 3, 2), C2f(w4, w4), SPPF(w4))
+        self.down3 = nn.Sequential(ConvBN(w1, w2, 3, 2), C2f(w2, w2, d3))
+        self.down4 = nn.Sequential(ConvBN(w2, w3, 3, 2), C2f(w3, w3, d4))
+        self.down5 = nn.Sequential(ConvBN(w3, w4, 3, 2), C2f(w4, w4, d5), SPPF(w4))
         self.up = nn.Upsample(scale_factor=2, mode="nearest")
         self.top4 = C2f(w4 + w3, w3)
         self.top3 = C2f(w3 + w2, w2)
         self.bot4_down, self.bot4 = ConvBN(w2, w2, 3, 2), C2f(w2 + w3, w3)
         self.bot5_down, self.bot5 = ConvBN(w3, w3, 3, 2), C2f(w3 + w4, w4)
-        self.heads = nn.ModuleList(Head(c, nc, 32) for c in (w2, w3, w4))
+        self.heads = nn.ModuleList(
+            Head(c, nc, hw) for c, hw in zip((w2, w3, w4), head_widths, strict=True)
+        )
         self.export = False
         points, strides = make_anchors(imgsz)
         self.register_buffer("points", points, persistent=False)  # (A, 2) anchor centres in pixels

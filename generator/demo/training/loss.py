@@ -91,6 +91,12 @@ def assign(
 
 
 class DetectionLoss(nn.Module):
+    """BCE on IoU-aware soft class targets, GIoU + L1 (in strides) on the assigned anchors' boxes.
+
+    Written with masks instead of boolean indexing, so a step never waits for the GPU to say how many
+    anchors were assigned; the statistics come back as tensors, read only when they are logged.
+    """
+
     def __init__(self, cls_weight: float = 1.0, giou_weight: float = 5.0, l1_weight: float = 1.0) -> None:
         super().__init__()
         self.cls_weight, self.giou_weight, self.l1_weight = cls_weight, giou_weight, l1_weight
@@ -104,30 +110,26 @@ class DetectionLoss(nn.Module):
         gt_boxes: torch.Tensor,
         gt_classes: torch.Tensor,
         gt_valid: torch.Tensor,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        dist, logits = dist.float(), logits.float()
         boxes = torch.cat([points - dist[..., :2], points + dist[..., 2:]], -1)
         t = assign(logits.detach().sigmoid(), boxes.detach(), points, strides, gt_boxes, gt_classes, gt_valid)
         total = t.scores.sum().clamp(min=1.0)
         cls_loss = nn.functional.binary_cross_entropy_with_logits(logits, t.scores, reduction="sum") / total
-        weight = t.scores.sum(-1)[t.fg]
-        mean_iou = 0.0
-        if t.fg.any():
-            g = giou(boxes[t.fg], t.boxes[t.fg])
-            giou_loss = ((1 - g) * weight).sum() / total
-            mean_iou = float(box_iou_pairwise(boxes[t.fg].detach(), t.boxes[t.fg]).mean())
-            s = strides.expand(dist.shape[0], -1, -1)[t.fg]
-            p = points.expand(dist.shape[0], -1, -1)[t.fg]
-            target_dist = torch.cat([p - t.boxes[t.fg][:, :2], t.boxes[t.fg][:, 2:] - p], -1)
-            l1_loss = (((dist[t.fg] - target_dist) / s).abs().sum(-1) * weight).sum() / total
-        else:
-            giou_loss = l1_loss = dist.sum() * 0
+        fg = t.fg.float()
+        weight = t.scores.sum(-1) * fg  # (B, A): zero off the assigned anchors
+        giou_loss = ((1 - giou(boxes, t.boxes)) * weight).sum() / total
+        target_dist = torch.cat([points - t.boxes[..., :2], t.boxes[..., 2:] - points], -1)
+        l1_loss = ((((dist - target_dist) / strides).abs().sum(-1)) * weight).sum() / total
         loss = self.cls_weight * cls_loss + self.giou_weight * giou_loss + self.l1_weight * l1_loss
-        stats = {
-            "cls": float(cls_loss.detach()),
-            "giou": float(giou_loss.detach()),
-            "l1": float(l1_loss.detach()),
-        }
-        # Interpretable progress: how well the assigned anchors already fit, and their mean target score.
-        stats["fg_iou"] = mean_iou
-        stats["fg_score"] = float(weight.mean()) if t.fg.any() else 0.0
+        with torch.no_grad():
+            count = fg.sum().clamp(min=1.0)
+            stats = {
+                "cls": cls_loss.detach(),
+                "giou": giou_loss.detach(),
+                "l1": l1_loss.detach(),
+                # Interpretable progress: how well the assigned anchors already fit, and their target score.
+                "fg_iou": (box_iou_pairwise(boxes.detach(), t.boxes) * fg).sum() / count,
+                "fg_score": weight.sum() / count,
+            }
         return loss, stats
