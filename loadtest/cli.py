@@ -14,6 +14,8 @@ COMMANDS = {
     "run": ("run", "Locust load test against a running server: CSV, HTML, PNG and summary.json."),
     "perf-analyzer": ("perf_analyzer", "perf_analyzer concurrency sweep with real images (BYTES input)."),
     "bench": ("bench", "Benchmark: raw detector ceiling, ensemble over gRPC/HTTP, per-stage costs."),
+    "compare": ("compare", "Two running servers in alternating windows: before/after throughput and latency."),
+    "soak": ("soak", "Long steady traffic with bad images; fails when memory, fds or /dev/shm keep growing."),
 }
 
 

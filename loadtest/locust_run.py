@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +22,7 @@ from typing import Any, Literal
 from .cpu import CpuMonitor, CpuReport
 from .errors import LoadTestError, MetricsError, RunError
 from .images import DEFAULT_SIZES, parse_sizes
-from .metrics import Snapshot, snapshot, stage_deltas, stages_table
+from .metrics import Snapshot, StageStats, snapshot, stage_deltas, stages_table
 from .report import LatencyPoint, threshold_breaches
 from .target import address_of, default_metrics_url
 
@@ -191,28 +191,17 @@ def _health(run: LocustRun, info: dict[str, Any], cpu: CpuReport, history_users:
     return health
 
 
-def execute(run: LocustRun) -> tuple[dict[str, Any], int]:
-    """Run the load test; return (summary, exit code). Exit code 2 means thresholds were breached."""
-    run.out.mkdir(parents=True, exist_ok=True)
-    for stale in ("runinfo.json", "summary.json"):
-        (run.out / stale).unlink(missing_ok=True)
-    problems: list[str] = []
-    metrics_url = run.resolved_metrics_url
-    before = _try_snapshot(metrics_url, problems)
-    role: Role = "master" if run.role == "master" or run.local_workers > 0 else "local"
-    expect = max(run.expect_workers, run.local_workers)
-    effective = LocustRun(**{**run.__dict__, "role": role, "expect_workers": expect})
-    log_path = run.out / "locust.log"
+def _processes(run: LocustRun, log_path: Path) -> tuple[int, CpuReport]:
+    """Start Locust (and its local workers), watch their CPU, wait for the run; (exit code, CPU report)."""
     env = child_environment()
-    started = datetime.now(timezone.utc)
     with log_path.open("wb") as log:
-        main = subprocess.Popen(locust_command(effective, role), stdout=log, stderr=subprocess.STDOUT, env=env)
+        main = subprocess.Popen(locust_command(run, run.role), stdout=log, stderr=subprocess.STDOUT, env=env)
         workers = [
-            subprocess.Popen(locust_command(effective, "worker"), stdout=log, stderr=subprocess.STDOUT, env=env)
+            subprocess.Popen(locust_command(run, "worker"), stdout=log, stderr=subprocess.STDOUT, env=env)
             for _ in range(run.local_workers)
         ]
         monitor = CpuMonitor([main.pid, *(w.pid for w in workers)]).start()
-        limit = run.duration_s + run.users / run.spawn_rate + run.timeout_s + (150 if role == "master" else 60)
+        limit = run.duration_s + run.users / run.spawn_rate + run.timeout_s + (150 if run.role == "master" else 60)
         try:
             code = main.wait(timeout=limit)
         except subprocess.TimeoutExpired:
@@ -227,60 +216,87 @@ def execute(run: LocustRun) -> tuple[dict[str, Any], int]:
                 except subprocess.TimeoutExpired:
                     worker.kill()
                     worker.wait()
-    after = _try_snapshot(metrics_url, problems) if before is not None else None
-    runinfo_path = run.out / "runinfo.json"
-    if not runinfo_path.exists():
-        raise RunError(f"Locust exited with code {code} without results; last log lines:\n{_tail(log_path)}")
-    info = json.loads(runinfo_path.read_text())
+    return code, cpu
+
+
+def _client_point(run: LocustRun, info: dict[str, Any]) -> LatencyPoint:
     requests, failures = int(info["requests"]), int(info["failures"])
     elapsed = float(info.get("elapsed_s") or 0.0)
-    throughput = round((requests - failures) / elapsed, 3) if elapsed > 0 else 0.0
-    point = LatencyPoint(
-        tool="locust", concurrency=run.users, requests=requests, failures=failures, throughput_rps=throughput,
+    return LatencyPoint(
+        tool="locust", concurrency=run.users, requests=requests, failures=failures,
+        throughput_rps=round((requests - failures) / elapsed, 3) if elapsed > 0 else 0.0,
         p50_ms=info.get("p50_ms"), p90_ms=info.get("p90_ms"), p95_ms=info.get("p95_ms"),
         p99_ms=info.get("p99_ms"), avg_ms=info.get("avg_ms"), label=run.protocol,
     )
-    breaches = threshold_breaches(point.p95_ms, point.fail_ratio, requests, run.sla_p95_ms, run.max_fail_ratio)
-    history = Path(f"{run.csv_prefix}_stats_history.csv")
-    files: dict[str, str] = {"log": str(log_path), "html": str(run.out / "report.html")}
+
+
+def _report_files(run: LocustRun, problems: list[str]) -> dict[str, str]:
+    """Locust's own files, and the latency plot drawn from its history (a plot that fails is a problem noted)."""
+    files: dict[str, str] = {"log": str(run.out / "locust.log"), "html": str(run.out / "report.html"),
+                             "summary": str(run.out / "summary.json")}
     for suffix in ("stats", "stats_history", "failures", "exceptions"):
         files[f"csv_{suffix}"] = f"{run.csv_prefix}_{suffix}.csv"
     try:
         from .plot import plot_history
 
-        files["plot"] = str(plot_history(history, run.out / "latency.png",
+        files["plot"] = str(plot_history(Path(files["csv_stats_history"]), run.out / "latency.png",
                                          f"{run.model} over {run.protocol}, {run.users} users"))
     except (RunError, OSError, KeyError, ValueError) as exc:
         problems.append(f"no plot: {exc}")
-    stages = stage_deltas(before, after) if before is not None and after is not None else None
-    summary: dict[str, Any] = {
+    return files
+
+
+def _summary(run: LocustRun, info: dict[str, Any], point: LatencyPoint, health: dict[str, Any],
+             stages: dict[str, StageStats] | None) -> dict[str, Any]:
+    breaches = threshold_breaches(point.p95_ms, point.fail_ratio, point.requests, run.sla_p95_ms, run.max_fail_ratio)
+    return {
         "tool": "locust",
-        "started": started.isoformat(timespec="seconds"),
-        "target": {"url": run.url, "protocol": run.protocol, "model": run.model, "metrics_url": metrics_url},
+        "target": {"url": run.url, "protocol": run.protocol, "model": run.model, "metrics_url": run.resolved_metrics_url},
         "config": {
             "users": run.users, "spawn_rate": run.spawn_rate, "duration_s": run.duration_s,
             "images": str(run.images) if run.images else None,
-            "sizes": None if run.images else run.sizes, "think_ms": run.think_ms, "mode": role,
-            "workers": expect,
+            "sizes": None if run.images else run.sizes, "think_ms": run.think_ms, "mode": run.role,
+            "workers": run.expect_workers,
         },
         "client": {
             **point.to_dict(),
             "min_ms": info.get("min_ms"), "max_ms": info.get("max_ms"),
-            "avg_response_bytes": info.get("avg_response_bytes"), "elapsed_s": elapsed,
+            "avg_response_bytes": info.get("avg_response_bytes"), "elapsed_s": float(info.get("elapsed_s") or 0.0),
             "note": "Locust's percentiles are bucketed (2 significant digits above 100 ms)",
         },
         "points": [point.to_dict()],
         "triton": {name: s.to_dict() for name, s in stages.items()} if stages is not None else None,
-        "health": _health(run, info, cpu, _max_history_users(history), throughput),
+        "health": health,
         "thresholds": {"sla_p95_ms": run.sla_p95_ms, "max_fail_ratio": run.max_fail_ratio, "breaches": breaches,
                        "passed": not breaches},
-        "problems": problems,
-        "locust_exit_code": code,
-        "files": files,
     }
-    summary["files"]["summary"] = str(run.out / "summary.json")
+
+
+def execute(run: LocustRun) -> tuple[dict[str, Any], int]:
+    """Run the load test; return (summary, exit code). Exit code 2 means thresholds were breached."""
+    run.out.mkdir(parents=True, exist_ok=True)
+    for stale in ("runinfo.json", "summary.json"):
+        (run.out / stale).unlink(missing_ok=True)
+    problems: list[str] = []
+    before = _try_snapshot(run.resolved_metrics_url, problems)
+    role: Role = "master" if run.role == "master" or run.local_workers > 0 else "local"
+    effective = replace(run, role=role, expect_workers=max(run.expect_workers, run.local_workers))
+    started = datetime.now(timezone.utc)
+    code, cpu = _processes(effective, run.out / "locust.log")
+    after = _try_snapshot(run.resolved_metrics_url, problems) if before is not None else None
+    runinfo_path = run.out / "runinfo.json"
+    if not runinfo_path.exists():
+        raise RunError(f"Locust exited with code {code} without results; last log lines:\n{_tail(run.out / 'locust.log')}")
+    info = json.loads(runinfo_path.read_text())
+    point = _client_point(run, info)
+    history_users = _max_history_users(Path(f"{run.csv_prefix}_stats_history.csv"))
+    files = _report_files(run, problems)
+    stages = stage_deltas(before, after) if before is not None and after is not None else None
+    summary = {"started": started.isoformat(timespec="seconds"),
+               **_summary(effective, info, point, _health(run, info, cpu, history_users, point.throughput_rps), stages),
+               "problems": problems, "locust_exit_code": code, "files": files}
     (run.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary, 2 if breaches else 0
+    return summary, 2 if summary["thresholds"]["breaches"] else 0
 
 
 def format_summary(summary: dict[str, Any]) -> list[str]:
@@ -300,8 +316,6 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
     ]
     lines += [f"  invalid: {reason}" for reason in h["reasons"]]
     if summary["triton"]:
-        from .metrics import StageStats
-
         lines += stages_table({k: StageStats(**v) for k, v in summary["triton"].items()})
     lines += [f"note: {p}" for p in summary["problems"]]
     lines.append(f"reports in {Path(summary['files']['summary']).parent}")

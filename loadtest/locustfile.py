@@ -7,6 +7,7 @@ directly works too (options ``--triton-*`` or ``LOADTEST_*`` environment variabl
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ if str(Path(__file__).resolve().parents[1]) not in sys.path:
 
 from loadtest.users import TritonGrpcUser, TritonHttpUser, add_locust_arguments, quitting_report
 
+logger = logging.getLogger(__name__)
 events.init_command_line_parser.add_listener(add_locust_arguments)
 
 # Locust buffers the --csv files and flushes them every 10 s; rows still buffered at exit are lost, which
@@ -61,4 +63,4 @@ def _quitting(environment: Environment, **_: Any) -> None:
     if path and info["runner"] != "WorkerRunner":
         Path(path).write_text(json.dumps(info, indent=2))
     for reason in info.get("breaches", []):
-        print(f"threshold breached: {reason}", file=sys.stderr)
+        logger.error("threshold breached: %s", reason)

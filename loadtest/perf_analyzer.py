@@ -16,7 +16,6 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from .errors import LoadTestError, RunError, ToolMissingError
 from .report import LatencyPoint
@@ -236,6 +235,3 @@ def _write_points_csv(csv_path: Path, merged: Path, points: list[LatencyPoint],
                              *(breakdown.get(p.concurrency, {}).get(c, "") for c in _LATENCY_PARTS), *us])
     merged.replace(csv_path)
 
-
-def summary_points(points: list[LatencyPoint]) -> list[dict[str, Any]]:
-    return [p.to_dict() for p in points]

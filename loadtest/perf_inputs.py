@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from generator.serving.contract import IMAGE
+
 from .errors import CorpusError
 
 
@@ -23,7 +25,7 @@ def bytes_tensor_content(elements: Sequence[bytes]) -> bytes:
     return b"".join(struct.pack("<I", len(e)) + e for e in elements)
 
 
-def input_data(images: Sequence[bytes], input_name: str = "IMAGE") -> dict[str, Any]:
+def input_data(images: Sequence[bytes], input_name: str = IMAGE) -> dict[str, Any]:
     """One ``data`` entry per image; perf_analyzer sends them round-robin."""
     if not images:
         raise CorpusError("no images to write into the perf_analyzer input data")
@@ -40,7 +42,7 @@ def input_data(images: Sequence[bytes], input_name: str = "IMAGE") -> dict[str, 
     }
 
 
-def write_input_data(images: Sequence[bytes], path: Path, input_name: str = "IMAGE") -> Path:
+def write_input_data(images: Sequence[bytes], path: Path, input_name: str = IMAGE) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(input_data(images, input_name)))
     return path

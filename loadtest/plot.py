@@ -70,3 +70,38 @@ def plot_history(history_csv: Path, output_png: Path, title: str) -> Path:
     fig.savefig(output_png)
     plt.close(fig)
     return output_png
+
+
+def plot_soak(t_s: list[float], panels: list[tuple[str, dict[str, list[float]]]], warmup_s: float,
+              fits: dict[str, tuple[float, float]], output_png: Path, title: str) -> Path:
+    """Write a PNG: one panel per resource (lines per series), the warm-up shaded, fitted growth dashed.
+
+    ``fits`` maps a series name to (value at the end of the warm-up, growth per hour) for the dashed line.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    minutes = [t / 60.0 for t in t_s]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.4 * len(panels)), dpi=80, sharex=True, squeeze=False)
+    for axis, (ylabel, lines) in zip(axes[:, 0], panels, strict=True):
+        for name, values in lines.items():
+            axis.plot(minutes, values, label=name, linewidth=1.2)
+            if name in fits:
+                start, per_hour = fits[name]
+                end_min = minutes[-1]
+                axis.plot([warmup_s / 60.0, end_min], [start, start + per_hour * (end_min - warmup_s / 60.0) / 60.0],
+                          linestyle="--", color="black", linewidth=1,
+                          label=f"{name} fit: {per_hour:+.1f}/hour")
+        axis.axvspan(0, warmup_s / 60.0, color="grey", alpha=0.15)
+        axis.set_ylabel(ylabel)
+        axis.grid(alpha=0.3)
+        axis.legend(loc="best", fontsize="x-small")
+    axes[-1, 0].set_xlabel("minutes since start (shaded: warm-up, not fitted)")
+    axes[0, 0].set_title(title, fontsize="medium")
+    fig.tight_layout()
+    output_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output_png)
+    plt.close(fig)
+    return output_png

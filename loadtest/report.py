@@ -6,8 +6,11 @@ their numbers can be compared side by side and checked against the same SLA.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 
@@ -149,3 +152,14 @@ def comparison_table(rows: Sequence[P50Comparison]) -> list[str]:
         spread = "-" if row.spread_ratio is None else f"{row.spread_ratio:.2f}"
         lines.append(f"| {row.concurrency} | " + " | ".join(cells) + f" | {spread} |")
     return lines
+
+
+def write_results(directory: Path, label: str, started: datetime, results: dict[str, Any],
+                  lines: Sequence[str]) -> Path:
+    """``<directory>/<date>-<label>.json`` and the markdown report beside it; returns the JSON's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = directory / f"{started:%Y-%m-%d}-{label}"
+    json_path = stem.parent / f"{stem.name}.json"
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    (stem.parent / f"{stem.name}.md").write_text("\n".join(lines) + "\n")
+    return json_path

@@ -23,16 +23,15 @@ from locust import User, task
 from locust.env import Environment
 
 from clients.nodelay import disable_nagle
+from clients.request import image_request
+from generator.serving.contract import NUM_DETECTIONS
 
 from .errors import InferenceFailed
 from .images import DEFAULT_SIZES, build_corpus
 from .report import threshold_breaches
-from .target import address_of, uses_tls
+from .target import host_of, user_address
 
 grpc_gevent.init_gevent()
-
-INPUT_NAME = "IMAGE"
-OUTPUT_NAMES = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
 
 
 def add_locust_arguments(parser: Any) -> None:
@@ -97,10 +96,11 @@ def corpus_for(settings: UserSettings) -> list[bytes]:
     return _CORPORA[key]
 
 
-def _address(host: str | None, protocol: str) -> str:
+def _address(host: str | None, protocol: str) -> tuple[str, bool]:
+    """(address, TLS) of the Locust host: plain Triton, or the deploy's TLS proxy (grpcs://, https://)."""
     if not host:
         raise InferenceFailed("no Triton URL: pass --host HOST:PORT to Locust")
-    return address_of(host, protocol)
+    return user_address(host, protocol)
 
 
 class TritonUser(User):
@@ -158,12 +158,12 @@ class TritonUser(User):
         )
 
 
-def _check_result(result: Any, max_detections: int | None = None) -> None:
-    count = result.as_numpy("num_detections")
+def _check_result(result: Any) -> None:
+    count = result.as_numpy(NUM_DETECTIONS)
     if count is None or count.size != 1:
-        raise InferenceFailed("response carries no num_detections output")
-    if int(count.reshape(-1)[0]) < 0 or (max_detections is not None and int(count.reshape(-1)[0]) > max_detections):
-        raise InferenceFailed(f"num_detections {int(count.reshape(-1)[0])} out of range")
+        raise InferenceFailed(f"response carries no {NUM_DETECTIONS} output")
+    if int(count.reshape(-1)[0]) < 0:
+        raise InferenceFailed(f"{NUM_DETECTIONS} {int(count.reshape(-1)[0])} out of range")
 
 
 class TritonGrpcUser(TritonUser):
@@ -176,20 +176,17 @@ class TritonGrpcUser(TritonUser):
         import tritonclient.grpc as grpcclient
 
         self._grpc = grpcclient
-        tls = {"ssl": True, "root_certificates": self.settings.ca_cert or None} if uses_tls(self.host or "") else {}
-        self.client = grpcclient.InferenceServerClient(_address(self.host, "grpc"), **tls)
-        self._outputs = [grpcclient.InferRequestedOutput(name) for name in OUTPUT_NAMES]
+        address, tls = _address(self.host, "grpc")
+        ssl = {"ssl": True, "root_certificates": self.settings.ca_cert or None} if tls else {}
+        self.client = grpcclient.InferenceServerClient(address, **ssl)
 
     def prepare(self, image: bytes) -> Any:
-        import numpy as np
-
-        tensor = self._grpc.InferInput(INPUT_NAME, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[image]], dtype=np.object_))
-        return tensor
+        return image_request(self._grpc, [image])
 
     def send(self, request: Any) -> int:
+        inputs, outputs = request
         result = self.client.infer(
-            self.settings.model, [request], outputs=self._outputs, client_timeout=self.settings.timeout_s
+            self.settings.model, inputs, outputs=outputs, client_timeout=self.settings.timeout_s
         )
         _check_result(result)
         return int(result.get_response().ByteSize())
@@ -213,26 +210,21 @@ class TritonHttpUser(TritonUser):
         from geventhttpclient import HTTPClient
 
         self._http = httpclient
-        address = _address(self.host, "http")
+        address, tls = _address(self.host, "http")
         host_port, _, path = address.partition("/")
-        host, _, port = host_port.rpartition(":")
         self._prefix = f"/{path}" if path else ""
-        tls: dict[str, Any] = {}
-        if uses_tls(self.host or ""):
-            tls = {"ssl": True, "ssl_options": {"ca_certs": self.settings.ca_cert} if self.settings.ca_cert else {}}
+        ssl: dict[str, Any] = {}
+        if tls:
+            ssl = {"ssl": True, "ssl_options": {"ca_certs": self.settings.ca_cert} if self.settings.ca_cert else {}}
         self.client = HTTPClient(
-            host.strip("[]"), int(port), connection_timeout=self.settings.timeout_s,
-            network_timeout=self.settings.timeout_s, concurrency=1, **tls,
+            host_of(address).strip("[]"), int(host_port.rpartition(":")[2]), connection_timeout=self.settings.timeout_s,
+            network_timeout=self.settings.timeout_s, concurrency=1, **ssl,
         )
         disable_nagle(self.client)  # over TLS, Nagle adds a delayed ACK (40 ms) to every request
 
     def prepare(self, image: bytes) -> Any:
-        import numpy as np
-
-        tensor = self._http.InferInput(INPUT_NAME, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[image]], dtype=np.object_), binary_data=True)
-        outputs = [self._http.InferRequestedOutput(name, binary_data=True) for name in OUTPUT_NAMES]
-        body, json_size = self._http.InferenceServerClient.generate_request_body([tensor], outputs=outputs)
+        inputs, outputs = image_request(self._http, [image])  # binary tensors: tritonclient.http's default
+        body, json_size = self._http.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
         headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
         return body, headers
 

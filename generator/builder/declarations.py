@@ -121,10 +121,15 @@ def _check_range(value: float, d: Declaration) -> str | None:
     if ok:  # NaN fails every comparison, so it never gets here
         return None
     if d.low is not None and d.high is not None:
-        return f"{d.flag} must be between {d.low:g} and {d.high:g}, got {value}"
-    lower = f"[{d.low:g}" if d.low is not None else f"({d.above:g}" if d.above is not None else "(-inf"
-    upper = f"{d.high:g}]" if d.high is not None else f"{d.below:g})" if d.below is not None else "inf)"
+        return f"{d.flag} must be between {_bound(d.low)} and {_bound(d.high)}, got {value}"
+    lower = f"[{_bound(d.low)}" if d.low is not None else f"({_bound(d.above)}" if d.above is not None else "(-inf"
+    upper = f"{_bound(d.high)}]" if d.high is not None else f"{_bound(d.below)})" if d.below is not None else "inf)"
     return f"{d.flag} must be in {lower}, {upper}, got {value}"
+
+
+def _bound(value: float | None) -> str:
+    """A bound as a user wrote it: 268435456, not 2.68435e+08."""
+    return str(int(value)) if value is not None and float(value).is_integer() else f"{value:g}"
 
 
 def check_declared(instance: Any, error: type[Exception]) -> None:

@@ -15,7 +15,7 @@ from typing import Literal
 
 from generator.builder.declarations import check_declared, option
 from generator.errors import GeneratorError
-from generator.serving.contract import STEPS, step_model_name
+from generator.serving.contract import OPENCV_PIXEL_LIMIT, STEPS, step_model_name
 
 Target = Literal["embedded", "onnxruntime", "tensorrt"]
 Precision = Literal["fp32", "fp16", "int8"]
@@ -51,8 +51,15 @@ class ImageLimitOptions:
     """Per-image limits the preprocess step checks from the header, before decoding."""
 
     max_bytes: int = option(32 * 1024 * 1024, "--max-image-bytes", "largest encoded image accepted", low=1)
-    max_pixels: int = option(40_000_000, "--max-image-pixels", "largest width x height accepted", low=1)
+    # OpenCV's own limit in the serving environment is the backstop behind this one, so it cannot be larger.
+    max_pixels: int = option(40_000_000, "--max-image-pixels", "largest width x height accepted", low=1,
+                             high=OPENCV_PIXEL_LIMIT)
     max_side: int = option(16384, "--max-image-side", "largest width or height accepted", low=1)
+    max_jpeg_scans: int = option(64, "--max-jpeg-scans", "most scans a progressive JPEG may have (each one is "
+                                 "another pass over the image)", low=1, high=10_000)
+    max_decode_ms: float | None = option(
+        None, "--max-decode-ms", "reject an image whose estimated decode time on the build machine exceeds "
+        "this (default: --max-queue-ms; 0: no decode budget)", low=0.0, high=600_000.0)
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)
@@ -186,10 +193,16 @@ class BuildOptions:
     # delay only adds latency at low load (measured: ~2 ms per step at concurrency 1).
     queue_delay_us: int = option(0, "--queue-delay-us", "dynamic batching max_queue_delay_microseconds",
                                  low=0, high=10_000_000)
-    queue_timeout_us: int = option(5_000_000, "--queue-timeout-us", "a request waiting longer in a step's "
-                                   "queue is rejected (UNAVAILABLE)", low=0, high=3_600_000_000)
-    max_queue_size: int = option(64, "--max-queue-size", "requests a step queues before rejecting new ones "
-                                 "(0: unbounded)", low=0, high=1_000_000)
+    # Overload is shed from a latency budget (generator.builder.admission): no step holds a request longer
+    # than this, and each step queues only what the pipeline serves in about that time; the rest is
+    # rejected at once with UNAVAILABLE.
+    max_queue_ms: float = option(250.0, "--max-queue-ms", "longest a request may wait in a step's queue; each "
+                                 "step queues what the pipeline serves in that time and rejects the rest at "
+                                 "once (UNAVAILABLE)", low=1.0, high=600_000.0)
+    service_ms: float | None = option(
+        None, "--service-ms", "time one batch of --max-batch images takes through the three steps on the "
+        "serving machine (default: measured on this machine during the build; give it for GPU targets)",
+        above=0.0, high=600_000.0)
     # Two detector instances: under load both run; on a GPU one instance's copies overlap the other's compute.
     instances: tuple[int, int, int] = option((1, 2, 1), "--instances", "instance counts of preprocess, "
                                              "detector, nms", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)

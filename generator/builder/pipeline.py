@@ -18,6 +18,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from generator.builder.admission import budget_warning, queue_policy
 from generator.builder.config.detector_io import DetectorIO, declared_io, detector_io
 from generator.builder.config.load_rules import check_repository
 from generator.builder.config.model_io import ModelIO, onnxruntime_io
@@ -30,6 +31,7 @@ from generator.builder.onnx_inspect import DetectorInfo, TensorInfo, inspect_onn
 from generator.builder.options import BuildOptions, SpecError
 from generator.builder.repository import MARKER as MANIFEST_NAME
 from generator.builder.repository import write_repository
+from generator.builder.service_time import ServiceTime, measure_service_time
 from generator.demo import DEMO_ONNX
 from generator.serving.contract import GRAPH_NMS_LAYOUT
 from generator.serving.gpu.environment import record as preprocess_record
@@ -138,9 +140,15 @@ def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, serv
     return report_files(report)
 
 
+def admission_record(options: BuildOptions, service: ServiceTime) -> dict[str, object]:
+    """What the manifest says about overload: the budget, the service time it was sized from, the policy."""
+    policy = queue_policy(options.max_queue_ms, options.max_batch, service.batch_ms)
+    return {"max_queue_ms": options.max_queue_ms, "service": service.to_json(), "queue_policy": policy.to_json()}
+
+
 def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
               precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
-              plan: dict[str, object] | None) -> dict[str, object]:
+              plan: dict[str, object] | None, service: ServiceTime) -> dict[str, object]:
     from generator.builder.manifest import Manifest, PlanFacts, Thresholds, hash_files
 
     if options.precision == "fp32":
@@ -175,6 +183,7 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
             },
             "preprocess": preprocess_record(options.preprocess_device),
             "precision_facts": precision_facts,
+            "admission": admission_record(options, service),
             "options": to_record(options),
             "rebuild": rebuild_words(onnx_path, output, options),
         },
@@ -249,12 +258,12 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
     return DetectorBuild(files, artifacts.request.detector, engine_of(artifacts), plan, pending)
 
 
-def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: DetectorBuild
-                 ) -> tuple[dict[str, bytes], tuple[str, ...]]:
+def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: DetectorBuild,
+                 service: ServiceTime) -> tuple[dict[str, bytes], tuple[str, ...]]:
     """Every config.pbtxt, the ensemble's version folder and the Python-backend sources."""
     names = options.model_names
     extra = step_parameters(options, info_served.output.name)
-    rendered = render_models(info_served, options, extra, detector=detector.io)
+    rendered = render_models(info_served, options, extra, detector=detector.io, service=service)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
     files[f"{options.name}/1/.keep"] = b""  # an ensemble still needs a version folder
     for step, source in _STEP_SOURCES.items():
@@ -294,9 +303,12 @@ def build_repository(
     # The gate measures the graph before NMS: it compares scores at its own low threshold, and the NMS suffix
     # is exact float32 selection whatever the precision (tests hold it to the Python step).
     served, info_served = _with_nms(gated, info_gated, options)
+    service = measure_service_time(served, info_served, options)
+    if warning := budget_warning(options.max_queue_ms, service.batch_ms):
+        logger.warning("%s", warning)
     detector = _detector_build(served, info_served, options)
     files = dict(detector.files)
-    model_files, models = _model_files(info_served, options, detector)
+    model_files, models = _model_files(info_served, options, detector, service)
     files.update(model_files)
     backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
     check_repository(files, backend_io, set(detector.pending))
@@ -304,7 +316,7 @@ def build_repository(
     if validated:
         files.update(_run_gate(onnx_path, gated, info, info_gated.layout, options))
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
-                         validated, detector.plan)
+                         validated, detector.plan, service)
     files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()
     write_repository(output, files, force=force)
     if detector.pending:

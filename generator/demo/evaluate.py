@@ -24,7 +24,7 @@ from generator.synthetic import CLASS_NAMES, write_dataset
 
 Detector = Callable[[bytes], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
-# Training draws scenes from seed 20240601 (generator/demo/train.py); this one is never used there.
+# Training draws scenes from seed 20240601 (generator/demo/training/data.py); this one is never used there.
 HELD_OUT_SEED = 12345
 
 

@@ -27,6 +27,7 @@ from types import TracebackType
 from generator.errors import ServerError
 from generator.server.hardening import AdminAccess
 from generator.server.shutdown import TEARDOWN_S, StopTiming
+from generator.serving.contract import OPENCV_PIXEL_LIMIT, OPENCV_PIXEL_LIMIT_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +196,8 @@ class EmbeddedServer:
         # files import the same numpy, OpenCV and ONNX Runtime as the project.
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(install.libraries), env.get("LD_LIBRARY_PATH")]))
+        # Every backend stub inherits this: OpenCV's last line of defence against a decompression bomb.
+        env.setdefault(OPENCV_PIXEL_LIMIT_ENV, str(OPENCV_PIXEL_LIMIT))
         return env
 
     def start(self) -> None:

@@ -35,6 +35,18 @@ LAYOUTS = ("v8", "v8_reduced", "v5", "end2end", GRAPH_NMS_LAYOUT)
 # Config parameters.
 CLASS_NAMES_PARAMETER = "class_names"  # ensemble: JSON list of class names
 
+# Request priorities (every composing model has two levels; the ensemble passes a request's priority on).
+# Health and readiness probes send PROBE_PRIORITY so they never wait behind user traffic; a request that
+# names no priority gets USER_PRIORITY.
+PRIORITY_LEVELS = 2
+PROBE_PRIORITY = 1
+USER_PRIORITY = 2
+
+# OpenCV refuses to decode more pixels than this environment variable says; it reads it once, when cv2 is
+# imported. A backstop behind the header checks: the server environment and the preprocess model set it.
+OPENCV_PIXEL_LIMIT_ENV = "OPENCV_IO_MAX_IMAGE_PIXELS"
+OPENCV_PIXEL_LIMIT = 1 << 28  # 268 MP: 16384 x 16384, the largest --max-image-pixels accepted
+
 
 def step_model_name(ensemble: str, step: str) -> str:
     if step not in STEPS:

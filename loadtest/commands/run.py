@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-fail-ratio", type=float, default=None, help="fail (exit 2) above this ratio")
     parser.add_argument("--max-generator-cpu", type=float, default=90.0,
                         help="mark the run invalid if a Locust process averages more than this %% of a core")
-    parser.add_argument("--out", type=Path, default=Path("loadtest-out"), help="report folder")
+    parser.add_argument("--out", type=Path, default=Path("runs") / "locust", help="report folder")
     dist = parser.add_argument_group("distributed mode")
     role = dist.add_mutually_exclusive_group()
     role.add_argument("--master", action="store_true", help="run the Locust master (reports are written here)")

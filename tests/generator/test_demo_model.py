@@ -39,7 +39,7 @@ def test_io_matches_an_ultralytics_v8_export(model: onnx.ModelProto) -> None:
     assert _dims(inp) == ["batch", 3, INPUT_SIZE, INPUT_SIZE]
     assert out.name == "output0" and out.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert _dims(out) == ["batch", 4 + NC, ANCHORS]
-    assert DEMO_ONNX.stat().st_size < 2_000_000
+    assert DEMO_ONNX.stat().st_size < 3_000_000  # small enough to keep in the repository
 
 
 def test_metadata_is_written_the_ultralytics_way(model: onnx.ModelProto) -> None:
@@ -76,8 +76,8 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_finds_most_objects_on_held_out_scenes_at_conf_025() -> None:
     """A real check of the committed weights at the served default threshold.
 
-    Measured on these 30 scenes: recall 94/138 = 0.68 and precision 94/113 = 0.83 (see README: the
-    smallest shapes are what it misses). Untrained or broken weights score near zero on both.
+    Measured on these 30 scenes: recall 134/138 = 0.97 and precision 134/139 = 0.96 (the 320x320 model
+    before it: 0.68 and 0.83). Untrained or broken weights score near zero on both.
     """
     from generator.evaluation.reference import ReferencePipeline
 
@@ -93,8 +93,8 @@ def test_finds_most_objects_on_held_out_scenes_at_conf_025() -> None:
         found += int(hits.any(axis=1).sum())
         total += len(scene.boxes)
         detections += len(det.boxes)
-    assert found / total >= 0.6, f"recall {found}/{total}"
-    assert found / max(detections, 1) >= 0.75, f"precision {found}/{detections}"
+    assert found / total >= 0.9, f"recall {found}/{total}"
+    assert found / max(detections, 1) >= 0.9, f"precision {found}/{detections}"
 
 
 def test_evaluate_scores_perfect_and_shifted_detections(tmp_path) -> None:

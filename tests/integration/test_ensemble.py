@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 from clients.contract import admin_headers
 from generator.evaluation.reference import ReferencePipeline
 from generator.synthetic import encode, make_scene
+from tests.generator.serving.test_images import progressive, with_repeated_scan
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +69,8 @@ def test_served_detections_equal_reference(triton_server, reference, protocol, s
 def test_boxes_are_in_source_pixels(triton_server) -> None:
     """Ground truth is known in the original 1280x720 frame: detections must land on it there.
 
-    Only shapes of at least 64 px count: the small demo detector misses many small ones (see its README),
-    which says nothing about the coordinate mapping tested here.
+    Every shape counts, the smallest (29 px, 14 px in the letterboxed input) too: the demo detector finds
+    35 of these 37 (see its README), so a coordinate mapping that is off shows at once.
     """
     matched = total = 0
     for seed in range(7, 17):
@@ -79,12 +80,10 @@ def test_boxes_are_in_source_pixels(triton_server) -> None:
         boxes = served["detection_boxes"][0, :count]
         assert (boxes[:, [0, 2]] <= 1280).all() and (boxes[:, [1, 3]] <= 720).all() and (boxes >= 0).all()
         for truth in scene.boxes:
-            if min(truth[2] - truth[0], truth[3] - truth[1]) < 64:
-                continue
             total += 1
             matched += bool(count) and _iou(truth, boxes).max() > 0.5
-    assert total >= 20
-    assert matched >= 0.7 * total, f"only {matched} of {total} shapes found with IoU > 0.5"
+    assert total >= 30
+    assert matched >= 0.85 * total, f"only {matched} of {total} shapes found with IoU > 0.5"
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -140,6 +139,13 @@ def _jpeg_declaring(width: int, height: int) -> bytes:
     return real[: marker + 5] + struct.pack(">HH", height, width) + real[marker + 9 :]
 
 
+def _png_over_the_decode_budget() -> bytes:
+    """38 megapixels, inside every size limit; its decode would take far longer than the 250 ms budget."""
+    import cv2
+
+    return cv2.imencode(".png", np.zeros((6200, 6200, 3), np.uint8))[1].tobytes()
+
+
 HOSTILE = {
     "empty": (b"", "empty image"),
     "garbage": (b"this is not an image at all" * 10, "unsupported or unrecognised image format"),
@@ -148,6 +154,8 @@ HOSTILE = {
     "truncated_png": (None, "truncated PNG"),
     "png_bomb_68_bytes": (_png_declaring(50000, 50000), "declares 50000x50000 pixels"),
     "jpeg_bomb_header": (None, "declares 30000x30000 pixels"),
+    "jpeg_scan_bomb": (None, "jpeg image has more than 64 scans, above the limit of 64"),
+    "png_over_decode_budget": (None, "png image of 6200x6200 pixels would take about"),
 }
 
 
@@ -161,6 +169,10 @@ def _hostile_bytes(case: str) -> bytes:
     if case == "truncated_png":
         full = scene_bytes(3, 320, 240, ".png")
         return full[: len(full) // 2]
+    if case == "jpeg_scan_bomb":
+        return with_repeated_scan(progressive(480, 640), 5000)  # libjpeg would decode every copy
+    if case == "png_over_decode_budget":
+        return _png_over_the_decode_budget()
     return _jpeg_declaring(30000, 30000)
 
 

@@ -1,7 +1,7 @@
 """``python -m loadtest bench`` end to end against the real embedded Triton (fixture ``triton_server``).
 
 Every window is a second or two: this checks that the harness measures the real thing and reports it,
-not the numbers themselves (those live in loadtest/results/).
+not the numbers themselves (those are in docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from generator.builder.manifest import sha256_file
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp_path):
-    host, grpc_port = triton_server.grpc_url.rsplit(":", 1)
     http_port = triton_server.http_url.rsplit(":", 1)[1]
     metrics_port = triton_server.metrics_url.rsplit(":", 1)[1]
     result = subprocess.run(
-        [sys.executable, "-m", "loadtest", "bench", "--url", host, "--grpc-port", grpc_port,
+        [sys.executable, "-m", "loadtest", "bench", "--url", f"grpc://{triton_server.grpc_url}",
          "--http-port", http_port, "--metrics-port", metrics_port, "--repository", str(triton_server.repository),
          "--model", triton_server.model_name, "--protocols", "grpc,http", "--sizes", "640x480",
          "--concurrency", "1", "--duration", "1.5", "--raw-iterations", "3", "--raw-batches", "1,2",
@@ -33,8 +34,14 @@ def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp
     )
     assert result.returncode == 0, result.stdout + result.stderr
     (json_file,) = tmp_path.glob("*-test.json")
-    results = json.loads(json_file.read_text())
+    text = json_file.read_text()
+    results = json.loads(text)
     assert results["machine"]["usable_cores"] >= 1 and results["server"]["triton_version"]
+    # Shared and committed results name the model by file name and sha256, never by a path of this machine.
+    for path in (triton_server.repository, triton_server.onnx_path, ROOT, tmp_path):
+        assert str(path.resolve()) not in text and str(path) not in text
+    source = results["server"]["repository"]["source_onnx"]
+    assert source == {"name": triton_server.onnx_path.name, "sha256": sha256_file(triton_server.onnx_path)}
 
     raw = results["raw_detector"]
     assert [b["batch"] for b in raw["batches"]] == [1, 2]
@@ -42,6 +49,7 @@ def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp
     assert raw["instances"] >= 1
     # An FP32 build is timed against the exported source ONNX: the served graph's additions count as cost.
     assert raw["baseline"].startswith("exported source") and results["paired"]["detector"]["baseline"] == raw["baseline"]
+    assert raw["onnx"] == source and results["paired"]["detector"]["onnx"] == source
 
     name = triton_server.model_name
     cells = results["ensemble"]
@@ -63,6 +71,7 @@ def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp
         assert row["ratio_best_raw"] == pytest.approx(row["ensemble_rps"] / best, abs=0.002)
         # The ensemble's time in Triton includes the detector's compute, so what it adds is positive.
         assert row["added_in_triton_c1_ms"] > 0
+        assert len(row["loadavg_1m"]) == 2
     assert paired["summary"]["ratio_same_topology"]["min"] <= paired["summary"]["ratio_same_topology"]["median"]
 
     report = (tmp_path / json_file.name.replace(".json", ".md")).read_text()

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loadtest.cli import main
+from loadtest.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,7 +13,7 @@ def test_help_lists_the_subcommands():
     result = subprocess.run([sys.executable, "-m", "loadtest", "--help"], capture_output=True, text=True, cwd=ROOT,
                             check=False)
     assert result.returncode == 0
-    for name in ("run", "perf-analyzer", "bench"):
+    for name in ("run", "perf-analyzer", "bench", "soak"):
         assert name in result.stdout
 
 
@@ -23,6 +23,20 @@ def test_user_errors_are_one_line_and_exit_1(capsys, tmp_path):
     assert len(err) == 1 and err[0].startswith("error: ") and "--users" in err[0]
     assert main(["bench", "--results-dir", str(tmp_path)]) == 1
     assert "--repository" in capsys.readouterr().err
+    assert main(["soak", "--url", "127.0.0.1:1", "--duration", "1m", "--warmup", "2m"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--warmup" in err[0]
+    assert main(["soak", "--url", "grpcs://127.0.0.1:1"]) == 1
+    assert "TLS" in capsys.readouterr().err
+
+
+def test_measurements_go_to_runs_by_default():
+    """Runs are measurements, not source files: they land in the git-ignored runs/ folder."""
+    parser, _ = build_parser()
+    assert parser.parse_args(["bench"]).results_dir == Path("runs") / "bench"
+    assert parser.parse_args(["run", "--url", "h:1"]).out == Path("runs") / "locust"
+    assert parser.parse_args(["perf-analyzer", "--url", "h:1"]).out == Path("runs") / "perf-analyzer"
+    assert "/runs/" in (ROOT / ".gitignore").read_text()
 
 
 def test_perf_analyzer_inputs_only_writes_json_and_prints_the_command(capsys, tmp_path):

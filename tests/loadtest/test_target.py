@@ -1,9 +1,11 @@
+"""The load tools read URLs through ``clients.endpoint``; these are the answers they rely on."""
+
 from __future__ import annotations
 
 import pytest
 
 from loadtest.errors import LoadTestError
-from loadtest.target import address_of, default_metrics_url, uses_tls
+from loadtest.target import address_of, default_metrics_url, host_of, user_address
 
 
 @pytest.mark.parametrize(
@@ -15,8 +17,6 @@ from loadtest.target import address_of, default_metrics_url, uses_tls
         ("http://h:80/triton/", "http", "h:80/triton"),
         ("[::1]:8001", "grpc", "[::1]:8001"),
         ("[::1]", "grpc", "[::1]:8001"),
-        ("grpcs://triton:8444", "grpc", "triton:8444"),
-        ("https://h:8443", "http", "h:8443"),
     ],
 )
 def test_addresses(url, protocol, expected):
@@ -30,14 +30,21 @@ def test_addresses(url, protocol, expected):
         ("grpc://h:1/x", "grpc", "cannot carry a path"),
         ("h:99999", "grpc", "invalid port"),
         ("h:abc", "http", "invalid port"),
-        ("ftp://h:1", "http", "unsupported scheme"),
-        ("https://h:1", "grpc", "says http"),
-        (":8001", "grpc", "HOST:PORT"),
+        ("ftp://h:1", "http", "unsupported URL scheme"),
+        ("https://h:1", "http", "TLS"),
+        ("grpcs://h:1", "grpc", "TLS"),
+        (":8001", "grpc", "no host"),
+        ("h:1", "udp", "unknown protocol"),
     ],
 )
-def test_bad_addresses(url, protocol, message):
+def test_bad_addresses_are_load_test_errors(url, protocol, message):
     with pytest.raises(LoadTestError, match=message):
         address_of(url, protocol)
+
+
+def test_host_keeps_ipv6_brackets_and_drops_the_path():
+    assert host_of("[::1]:8001") == "[::1]"
+    assert host_of("h:80/triton") == "h"
 
 
 def test_metrics_default_to_port_8002_on_the_same_host():
@@ -45,6 +52,9 @@ def test_metrics_default_to_port_8002_on_the_same_host():
     assert default_metrics_url("[::1]:8000", "http") == "[::1]:8002"
 
 
-def test_tls_schemes_are_the_proxy_ones():
-    assert uses_tls("grpcs://h:8444") and uses_tls("HTTPS://h:8443")
-    assert not uses_tls("grpc://h:8001") and not uses_tls("h:8001")
+def test_the_locust_users_also_reach_the_tls_proxy():
+    assert user_address("grpcs://triton:8444", "grpc") == ("triton:8444", True)
+    assert user_address("https://h:8443", "http") == ("h:8443", True)
+    assert user_address("grpc://h:8001", "grpc") == ("h:8001", False)
+    with pytest.raises(LoadTestError, match="says https"):
+        user_address("https://h:1", "grpc")

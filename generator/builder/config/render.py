@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 from tritonclient.grpc import model_config_pb2 as mc
 
+from generator.builder.admission import queue_policy
 from generator.builder.config.detector_io import (
     DetectorIO,
     declared_io,
@@ -19,6 +20,7 @@ from generator.builder.config.detector_io import (
 from generator.builder.config.load_rules import check_ensemble_wiring, parse
 from generator.builder.onnx_inspect import DetectorInfo
 from generator.builder.options import BuildOptions
+from generator.builder.service_time import ServiceTime
 from generator.errors import ConfigError
 from generator.serving import contract
 
@@ -172,30 +174,50 @@ def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, para
     }
 
 
+def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict[str, Any]:
+    """Template values of ``_batching.pbtxt.j2``: the queue policy sized from the latency budget."""
+    policy = queue_policy(options.max_queue_ms, options.max_batch,
+                          service.batch_ms if service is not None else options.service_ms)
+    return {
+        "instance_kind": "KIND_CPU",
+        "queue_delay_us": options.queue_delay_us,
+        "queue_timeout_us": policy.timeout_us,
+        "max_queue_size": policy.max_queue_size,
+        "priority_levels": policy.priority_levels,
+        "default_priority_level": policy.default_priority_level,
+        "probe_priority_level": policy.probe_priority_level,
+    }
+
+
+def decode_parameters(options: BuildOptions) -> dict[str, str]:
+    """The preprocess step's per-image work limits beyond the header limits (0 ms: no decode budget)."""
+    budget = options.limits.max_decode_ms if options.limits.max_decode_ms is not None else options.max_queue_ms
+    return {"max_jpeg_scans": str(options.limits.max_jpeg_scans), "max_decode_ms": repr(float(budget))}
+
+
 def render_models(
     info: DetectorInfo,
     options: BuildOptions,
     extra_parameters: dict[str, dict[str, str]] | None = None,
     detector: DetectorIO | None = None,
+    service: ServiceTime | None = None,
 ) -> dict[str, RenderedModel]:
     """Render, parse and cross-check the four configs; returns them keyed by model name.
 
     ``info`` describes the *served* detector graph (after precision and the normalisation prefix);
     ``detector`` is its config I/O as the backend will see it (default: as the ONNX declares it).
+    ``service`` (measured by the build) sizes the queues; without it (and without ``--service-ms``) they
+    hold two batches.
     """
     env = _environment()
     io = detector or detector_io(declared_io(info), info, options)
-    batching = {
-        "instance_kind": "KIND_CPU",
-        "queue_delay_us": options.queue_delay_us,
-        "queue_timeout_us": options.queue_timeout_us,
-        "max_queue_size": options.max_queue_size,
-    }
+    batching = batching_context(options, service)
     extra = extra_parameters or {}
     cuda_graphs = options.target == "tensorrt" and options.tensorrt.cuda_graphs
+    preprocess_parameters = {**decode_parameters(options), **extra.get("preprocess", {})}
     contexts: dict[str, tuple[str, dict[str, Any]]] = {
         "preprocess": ("preprocess.pbtxt.j2",
-                       _preprocess_context(info, options, io, extra.get("preprocess", {}), batching)),
+                       _preprocess_context(info, options, io, preprocess_parameters, batching)),
         "detector": (_DETECTOR_TEMPLATES[options.target],
                      _detector_context(io, options, extra.get("detector", {}), batching, cuda_graphs)),
         "nms": ("nms.pbtxt.j2", _nms_context(info, options, io, extra.get("nms", {}), batching)),

@@ -8,16 +8,28 @@ path's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
+
+from ensemble_pipeline.contract import (
+    IMAGE,
+    LETTERBOX,
+    OPENCV_PIXEL_LIMIT,
+    OPENCV_PIXEL_LIMIT_ENV,
+    PREPROCESSED,
+)
+
+# OpenCV reads its decode limit once, when cv2 loads: set the backstop before anything imports it. A value
+# the server's environment already carries (generator serve, the deploy images) wins.
+os.environ.setdefault(OPENCV_PIXEL_LIMIT_ENV, str(OPENCV_PIXEL_LIMIT))
 
 import cv2
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from ensemble_common import failed, parameters
 from ensemble_pipeline.batch import prepare_batch, to_float_nchw
-from ensemble_pipeline.contract import IMAGE, LETTERBOX, PREPROCESSED
-from ensemble_pipeline.images import ImageLimits
+from ensemble_pipeline.images import DecodeBudget, ImageLimits, measure_decode_speed
 
 # Triton runs several models side by side; OpenCV's own thread pool would oversubscribe the cores.
 cv2.setNumThreads(1)
@@ -31,6 +43,8 @@ class TritonPythonModel:
             max_bytes=int(params["max_image_bytes"]),
             max_pixels=int(params["max_image_pixels"]),
             max_side=int(params["max_image_side"]),
+            max_jpeg_scans=int(params["max_jpeg_scans"]),
+            decode_budget=self._decode_budget(float(params["max_decode_ms"])),
         )
         self.reduced_decode = params["reduced_decode"] == "true"
         # uint8: letterboxed BGR NHWC, normalised inside the detector graph; otherwise float NCHW RGB /255.
@@ -53,6 +67,16 @@ class TritonPythonModel:
     @staticmethod
     def _host_tensor(name: str, array: np.ndarray) -> Any:
         return pb_utils.Tensor(name, np.ascontiguousarray(array))
+
+    @staticmethod
+    def _decode_budget(max_ms: float) -> DecodeBudget | None:
+        """The budget in this machine's decode speed, measured here where the decoding happens."""
+        if max_ms <= 0:
+            return None
+        speed = measure_decode_speed()
+        pb_utils.Logger.log_info(f"preprocess: decode budget {max_ms:g} ms per image; a baseline JPEG decodes "
+                                 f"at {speed:.1f} ms per megapixel here")
+        return DecodeBudget(max_ms, speed)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:

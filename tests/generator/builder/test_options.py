@@ -6,6 +6,7 @@ import pytest
 
 from generator.builder.options import BuildOptions, ImageLimitOptions, SpecError, validate_model_name
 from generator.errors import GeneratorError
+from generator.serving.contract import OPENCV_PIXEL_LIMIT
 
 
 @pytest.mark.parametrize("name", ["yolo", "Y", "yolo11n_coco-v2", "a" * 64, "x-1_2"])
@@ -57,7 +58,9 @@ def test_defaults_and_model_names() -> None:
     ("normalise_in", "cpu", "unknown --normalise-in 'cpu'; choose one of graph, preprocess"),
     ("detector_threads", -1, "--detector-threads must be between 0"),
     ("queue_delay_us", -1, "--queue-delay-us must be between 0"),
-    ("max_queue_size", -1, "--max-queue-size"),
+    ("max_queue_ms", 0.5, "--max-queue-ms must be between 1 and 600000"),
+    ("max_queue_ms", float("nan"), "--max-queue-ms"),
+    ("service_ms", 0.0, "--service-ms must be in (0, 600000]"),
 ])
 def test_out_of_range_options_are_refused(field: str, value: object, message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
@@ -68,16 +71,35 @@ def test_out_of_range_options_are_refused(field: str, value: object, message: st
     ("max_batch", 1), ("max_batch", 1024), ("conf_threshold", 0.0), ("conf_threshold", 0.999),
     ("iou_threshold", 1.0), ("max_detections", 1), ("max_detections", 10000), ("image_size", (32, 8192)),
     ("target", "onnxruntime"), ("target", "tensorrt"), ("precision", "fp16"), ("precision", "int8"),
-    ("detector_threads", 0), ("detector_threads", 1024),
+    ("detector_threads", 0), ("detector_threads", 1024), ("max_queue_ms", 1.0), ("service_ms", None),
+    ("service_ms", 0.1),
 ])
 def test_boundary_values_are_accepted(field: str, value: object) -> None:
     assert getattr(BuildOptions(**{field: value}), field) == value  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("key", ["max_bytes", "max_pixels", "max_side"])
+@pytest.mark.parametrize("key", ["max_bytes", "max_side"])
 def test_image_limits_must_be_positive(key: str) -> None:
     with pytest.raises(SpecError, match=r"--max-image-.* must be in \[1, inf\), got 0"):
         ImageLimitOptions(**{key: 0})
+
+
+def test_pixel_limit_stays_under_the_opencv_backstop() -> None:
+    with pytest.raises(SpecError, match="--max-image-pixels must be between 1 and 268435456, got 0"):
+        ImageLimitOptions(max_pixels=0)
+    with pytest.raises(SpecError, match="--max-image-pixels must be between 1 and 268435456"):
+        ImageLimitOptions(max_pixels=OPENCV_PIXEL_LIMIT + 1)
+    assert ImageLimitOptions(max_pixels=OPENCV_PIXEL_LIMIT).max_pixels == OPENCV_PIXEL_LIMIT
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("max_jpeg_scans", 0, "--max-jpeg-scans must be between 1 and 10000"),
+    ("max_decode_ms", -1.0, "--max-decode-ms must be between 0 and 600000"),
+])
+def test_work_limits_are_checked(key: str, value: object, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        ImageLimitOptions(**{key: value})  # type: ignore[arg-type]
+    assert ImageLimitOptions(max_decode_ms=0.0).max_decode_ms == 0.0  # 0: no decode budget
 
 
 def test_options_are_frozen() -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 import resource
 import struct
+import subprocess
+import sys
 import time
 import zlib
 
@@ -12,12 +16,17 @@ import cv2
 import numpy as np
 import pytest
 
+from generator.serving.contract import OPENCV_PIXEL_LIMIT_ENV
 from generator.serving.images import (
+    DecodeBudget,
     ImageError,
     ImageHeader,
     ImageLimits,
+    check_decode_budget,
     check_header,
+    decode_cost_megapixels,
     decode_image,
+    measure_decode_speed,
     read_header,
     reduction_factor,
 )
@@ -361,3 +370,164 @@ def test_reduced_decode_of_an_exif_rotated_jpeg() -> None:
     image, source = decode_image(data, target=(64, 64))
     assert image.shape == (160, 120, 3)
     assert source == (960, 1280)
+
+
+# --- bounded work per image: progressive scans and the decode budget -----------------------------------
+
+
+def progressive(height: int = 96, width: int = 128) -> bytes:
+    return encode(gradient(height, width), ".jpg", [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
+
+
+def scan_offsets(data: bytes) -> list[int]:
+    """Start of every start-of-scan segment (cv2's encoder writes no FF DA anywhere else)."""
+    return [i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] == 0xDA]
+
+
+def with_repeated_scan(data: bytes, copies: int) -> bytes:
+    """Repeat the smallest scan before the end marker: libjpeg only warns and decodes every copy."""
+    end = data.rindex(b"\xff\xd9")
+    bounds = [*scan_offsets(data), end]
+    smallest = min((data[a:b] for a, b in itertools.pairwise(bounds)), key=len)
+    return data[:end] + smallest * copies + b"\xff\xd9"
+
+
+def segment(marker: int, payload: bytes) -> bytes:
+    return bytes([0xFF, marker]) + struct.pack(">H", len(payload) + 2) + payload
+
+
+def test_progressive_jpeg_header_counts_its_scans() -> None:
+    data = progressive()
+    header = check_header(data, LIMITS)
+    assert header.progressive and header.scans == len(scan_offsets(data)) == 10  # libjpeg's default script
+    assert (header.width, header.height) == (128, 96)
+    assert read_header(encode(gradient(96, 128), ".jpg")).scans == 1
+    assert decode_image(data)[0].shape == (96, 128, 3)
+
+
+def test_thousands_of_repeated_scans_are_rejected_before_decoding() -> None:
+    bomb = with_repeated_scan(progressive(480, 640), 5000)
+    # What the check saves: OpenCV decodes every copy (hundreds of milliseconds at this small size,
+    # seconds for a big image or for AC scans).
+    start = time.perf_counter()
+    assert cv2.imdecode(np.frombuffer(bomb, np.uint8), cv2.IMREAD_REDUCED_COLOR_8) is not None
+    assert time.perf_counter() - start > 0.05
+    assert_rejected_fast(bomb, r"jpeg image has more than 64 scans, above the limit of 64")
+
+
+def test_scan_limit_is_inclusive() -> None:
+    data = progressive()
+    assert check_header(data, ImageLimits(max_jpeg_scans=10)).scans == 10
+    with pytest.raises(ImageError, match="more than 9 scans"):
+        check_header(data, ImageLimits(max_jpeg_scans=9))
+
+
+def test_segments_between_scans_are_skipped_by_their_length() -> None:
+    # A comment after the first scan holding an end marker and a start-of-scan: libjpeg skips it by its
+    # length, so must the count (a fake end marker would otherwise hide the scans after it).
+    data = progressive()
+    second = scan_offsets(data)[1]
+    hidden = data[:second] + segment(0xFE, b"\xff\xd9\xff\xda\x00\x08") + data[second:]
+    assert read_header(hidden).scans == 10
+    assert decode_image(hidden)[0].shape == (96, 128, 3)
+    bomb = with_repeated_scan(data, 100)
+    second = scan_offsets(bomb)[1]
+    disguised = bomb[:second] + segment(0xFE, b"\xff\xd9") + bomb[second:]
+    with pytest.raises(ImageError, match="more than 64 scans"):
+        check_header(disguised, LIMITS)
+
+
+def test_extra_scans_after_one_interleaved_scan_are_not_walked() -> None:
+    # libjpeg stops at a second scan of a single-scan baseline JPEG, so repeats cost nothing to decode and
+    # the header check keeps its cheap end-marker search.
+    data = encode(gradient(96, 128), ".jpg")
+    first, end = scan_offsets(data)[0], data.rindex(b"\xff\xd9")
+    repeated = data[:end] + data[first:end] * 500 + b"\xff\xd9"
+    assert check_header(repeated, LIMITS) == ImageHeader("jpeg", 128, 96)
+    assert decode_image(repeated)[0].shape == (96, 128, 3)
+
+
+def test_sequential_jpeg_with_one_component_per_scan_is_walked() -> None:
+    # A non-interleaved baseline JPEG (first scan: 1 of 3 components) has a scan per component, and libjpeg
+    # reads every further one: those are counted like progressive scans.
+    data = encode(gradient(96, 128), ".jpg")
+    first, end = scan_offsets(data)[0], data.rindex(b"\xff\xd9")
+    one_component = data[:first + 4] + b"\x01" + data[first + 5 : end]
+    assert read_header(one_component + b"\xff\xd9").scans == 1
+    with pytest.raises(ImageError, match="more than 64 scans"):
+        read_header(one_component + data[first:end] * 100 + b"\xff\xd9")
+
+
+def test_marker_spam_between_scans_is_bounded() -> None:
+    data = progressive()
+    second = scan_offsets(data)[1]
+    spam = data[:second] + segment(0xFE, b"x") * 100_000 + data[second:]
+    start = time.perf_counter()
+    with pytest.raises(ImageError, match="corrupt JPEG: too many markers between scans"):
+        check_header(spam, LIMITS)
+    assert time.perf_counter() - start < 0.2
+
+
+def test_truncated_progressive_jpeg_has_no_end_marker() -> None:
+    data = progressive()
+    assert_rejected_fast(data[: scan_offsets(data)[5] + 100], "truncated JPEG: no end-of-image marker")
+
+
+BUDGET = DecodeBudget(max_ms=100.0, ms_per_megapixel=10.0)
+
+
+@pytest.mark.parametrize(("header", "factor", "megapixels"), [
+    (ImageHeader("jpeg", 4000, 3000), 1, 12.0),
+    (ImageHeader("jpeg", 4000, 3000), 8, 12.0 * 0.35),  # reduced: entropy decoding still costs
+    (ImageHeader("jpeg", 4000, 3000, scans=10, progressive=True), 1, 12.0 * 2.5),
+    (ImageHeader("png", 4000, 3000), 1, 48.0),
+    (ImageHeader("bmp", 4000, 3000), 1, 2.4),
+])
+def test_decode_cost_scales_with_pixels_format_reduction_and_scans(header: ImageHeader, factor: int,
+                                                                   megapixels: float) -> None:
+    assert decode_cost_megapixels(header, factor) == pytest.approx(megapixels)
+
+
+def test_image_over_the_decode_budget_is_rejected_from_its_header() -> None:
+    data = hostile_png(4000, 3000)  # 12 MP, inside every size limit; 68 bytes
+    message = (r"png image of 4000x3000 pixels would take about 480 ms to decode, above the budget of "
+               r"100 ms per image; send it downscaled")
+    assert_rejected_fast(data, message, ImageLimits(decode_budget=BUDGET))
+
+
+def test_reduced_decode_is_what_the_budget_counts() -> None:
+    data = encode(gradient(1500, 2000), ".jpg")  # 3 MP: 30 ms at full size, 10.5 ms at 1/8
+    tight = ImageLimits(decode_budget=DecodeBudget(max_ms=20.0, ms_per_megapixel=10.0))
+    with pytest.raises(ImageError, match="about 30 ms to decode"):
+        decode_image(data, tight)
+    image, source = decode_image(data, tight, target=(64, 64))
+    assert image.shape == (188, 250, 3) and source == (2000, 1500)
+    check_decode_budget(read_header(data), 8, tight.decode_budget)  # type: ignore[arg-type]
+
+
+def test_decode_speed_is_measured_on_a_camera_like_frame() -> None:
+    # libjpeg-turbo decodes tens to hundreds of megapixels per second on any CPU of the last decade.
+    assert 0.5 < measure_decode_speed(runs=3) < 200
+
+
+def test_without_a_budget_only_the_size_limits_apply() -> None:
+    assert LIMITS.decode_budget is None
+    assert decode_image(encode(gradient(1500, 2000), ".png"))[0].shape == (1500, 2000, 3)
+
+
+def test_opencv_pixel_limit_fails_only_that_image() -> None:
+    # OpenCV reads OPENCV_IO_MAX_IMAGE_PIXELS once, at import: a fresh interpreter sees this one.
+    script = (
+        "import cv2, numpy as np\n"
+        "from generator.serving.images import ImageError, decode_image\n"
+        "big = cv2.imencode('.png', np.zeros((40, 40, 3), np.uint8))[1].tobytes()\n"
+        "small = cv2.imencode('.png', np.zeros((20, 20, 3), np.uint8))[1].tobytes()\n"
+        "print(decode_image(small)[0].shape)\n"
+        "try:\n    decode_image(big)\nexcept ImageError as exc:\n    print(exc)\n"
+    )
+    env = {**os.environ, OPENCV_PIXEL_LIMIT_ENV: "1000"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "(20, 20, 3)",
+        "could not decode the png image: the decoder refused it (check failed: pixels <= CV_IO_MAX_IMAGE_PIXELS)",
+    ]

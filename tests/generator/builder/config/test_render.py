@@ -15,8 +15,9 @@ from generator.builder.config.detector_io import declared_io, detector_io
 from generator.builder.config.load_rules import check_ensemble_wiring
 from generator.builder.config.render import _environment, parse_config, render_models
 from generator.builder.onnx_inspect import DetectorInfo, TensorInfo
-from generator.builder.options import BuildOptions, TensorRTOptions
+from generator.builder.options import BuildOptions, ImageLimitOptions, TensorRTOptions
 from generator.builder.pipeline import build_repository, step_parameters
+from generator.builder.service_time import ServiceTime
 from generator.errors import ConfigError
 from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
 
@@ -83,12 +84,14 @@ def test_nms_golden_per_head_layout(layout: str) -> None:
 
 
 # Real builds of a small factory detector: the configs Triton will parse for each target, byte for byte.
+# The service time is given: measured, it would size the queues differently on every run.
 BUILDS = {
-    "onnxruntime_cpu": ({}, BuildOptions(target="onnxruntime", max_batch=4, max_detections=10)),
+    "onnxruntime_cpu": ({}, BuildOptions(target="onnxruntime", max_batch=4, max_detections=10, service_ms=100)),
     "onnxruntime_gpu": ({}, BuildOptions(target="onnxruntime", device="gpu", ort_tensorrt=True, precision="fp32",
-                                         max_batch=4, max_detections=10)),
-    "onnxruntime_static1": ({"batch": 1}, BuildOptions(target="onnxruntime", max_batch=4, max_detections=10)),
-    "tensorrt_deferred": ({}, BuildOptions(target="tensorrt", max_batch=4, max_detections=10,
+                                         max_batch=4, max_detections=10, service_ms=100)),
+    "onnxruntime_static1": ({"batch": 1}, BuildOptions(target="onnxruntime", max_batch=4, max_detections=10,
+                                                       service_ms=100)),
+    "tensorrt_deferred": ({}, BuildOptions(target="tensorrt", max_batch=4, max_detections=10, service_ms=100,
                                            tensorrt=TensorRTOptions(defer_plan=True, opt_batch=2))),
 }
 
@@ -172,8 +175,9 @@ def test_ort_tensorrt_accelerator_takes_the_graphs_precision(precision: str, mod
 
 def test_config_values_follow_the_options() -> None:
     options = BuildOptions(max_batch=16, conf_threshold=0.3, iou_threshold=0.6, max_detections=42,
-                           queue_delay_us=1234, max_queue_size=7, instances=(1, 2, 3), reduced_decode=False)
-    models = configs(render_models(served(), options, EXTRA))
+                           queue_delay_us=1234, max_queue_ms=300, instances=(1, 2, 3), reduced_decode=False)
+    service = ServiceTime(batch=16, batch_ms=50.0, source="test")
+    models = configs(render_models(served(), options, EXTRA, service=service))
     ensemble, nms, pre = models["yolo"], models["yolo_nms"], models["yolo_preprocess"]
     assert ensemble.platform == "ensemble" and ensemble.max_batch_size == 16
     assert [list(o.dims) for o in ensemble.output] == [[1], [42, 4], [42], [42]]
@@ -182,10 +186,51 @@ def test_config_values_follow_the_options() -> None:
     assert nms.parameters["layout"].string_value == "v8"
     assert nms.instance_group[0].count == 3
     assert pre.dynamic_batching.max_queue_delay_microseconds == 1234
-    assert pre.dynamic_batching.default_queue_policy.max_queue_size == 7
+    # 300 ms / 50 ms per batch of 16 = 96 images served, halved for the steps sharing the cores.
+    assert pre.dynamic_batching.default_queue_policy.max_queue_size == 48
+    assert pre.dynamic_batching.default_queue_policy.default_timeout_microseconds == 300_000
     assert pre.dynamic_batching.default_queue_policy.timeout_action == mc.ModelQueuePolicy.REJECT
     assert pre.parameters["reduced_decode"].string_value == "false"
     assert list(pre.output[0].dims) == [64, 64, 3] and pre.output[0].data_type == mc.TYPE_UINT8
+
+
+@pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
+def test_every_step_sheds_overload_and_lets_probes_overtake(target: str) -> None:
+    service = ServiceTime(batch=8, batch_ms=40.0, source="test")
+    models = configs(render_models(served(), BuildOptions(target=target, max_queue_ms=200), EXTRA,
+                                   service=service))
+    for step in ("yolo_preprocess", "yolo_detector", "yolo_nms"):
+        batching = models[step].dynamic_batching
+        assert (batching.priority_levels, batching.default_priority_level) == (2, 2)
+        policy = batching.default_queue_policy
+        assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
+        assert policy.default_timeout_microseconds == 200_000
+        assert policy.max_queue_size == 20  # 200 / 40 x 8 / 2
+        assert not policy.allow_timeout_override
+        probes = batching.priority_queue_policy[1]  # same queue size, never timed out
+        assert (probes.max_queue_size, probes.default_timeout_microseconds) == (20, 0)
+        assert set(batching.priority_queue_policy) == {1}
+    # The ensemble has no scheduler of its own: with dynamic_batching it would reset every priority to 0.
+    assert not models["yolo"].HasField("dynamic_batching")
+
+
+def test_without_a_service_time_the_queues_hold_two_batches() -> None:
+    models = configs(render_models(served(), BuildOptions(max_batch=4), EXTRA))
+    policy = models["yolo_detector"].dynamic_batching.default_queue_policy
+    assert policy.max_queue_size == 8 and policy.default_timeout_microseconds == 250_000
+
+
+@pytest.mark.parametrize(("limits", "budget"), [
+    (ImageLimitOptions(), "250.0"),  # the queue budget
+    (ImageLimitOptions(max_decode_ms=80), "80.0"),
+    (ImageLimitOptions(max_decode_ms=0), "0.0"),  # switched off
+])
+def test_preprocess_gets_the_per_image_work_limits(limits: ImageLimitOptions, budget: str) -> None:
+    options = BuildOptions(limits=ImageLimitOptions(**{**limits.__dict__, "max_jpeg_scans": 12}))
+    pre = configs(render_models(served(), options, EXTRA))["yolo_preprocess"]
+    params = {key: value.string_value for key, value in pre.parameters.items()}
+    assert params["max_jpeg_scans"] == "12"
+    assert params["max_decode_ms"] == budget
 
 
 def test_normalise_in_preprocess_sends_float_nchw() -> None:
@@ -254,7 +299,8 @@ def test_strict_undefined_raises_on_a_missing_variable() -> None:
     with pytest.raises(jinja2.UndefinedError, match="max_detections"):
         template.render(name="x", max_batch_size=1, raw_name="o", raw_dtype="TYPE_FP32", raw_dims=[6, 64],
                         instances=1, instance_kind="KIND_CPU", queue_delay_us=0, queue_timeout_us=0,
-                        max_queue_size=0, parameters={})
+                        max_queue_size=0, priority_levels=2, default_priority_level=2, probe_priority_level=1,
+                        parameters={})
 
 
 def test_unknown_field_in_a_config_is_refused() -> None:

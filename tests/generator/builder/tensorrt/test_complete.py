@@ -31,8 +31,12 @@ def onnx_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save(model, tmp_path_factory.mktemp("plan") / "tiny.onnx")
 
 
+# Given, not measured: a measured service time would size the queues differently in two builds.
+SERVICE_MS = 50.0
+
+
 def deferred(onnx_path: Path, output: Path, **tensorrt: object) -> Path:
-    options = BuildOptions(target="tensorrt", max_batch=8,
+    options = BuildOptions(target="tensorrt", max_batch=8, service_ms=SERVICE_MS,
                            tensorrt=TensorRTOptions(defer_plan=True, **tensorrt))  # type: ignore[arg-type]
     return build_repository(onnx_path, output, options).output
 
@@ -54,7 +58,8 @@ def test_plan_completes_the_repository_like_a_direct_build(onnx_path: Path, tmp_
     repo = deferred(onnx_path, tmp_path / "deferred")
     assert main(["plan", str(repo)]) == 0
     assert "built yolo_detector/1/model.plan" in capsys.readouterr().out
-    direct = build_repository(onnx_path, tmp_path / "direct", BuildOptions(target="tensorrt", max_batch=8)).output
+    direct = build_repository(onnx_path, tmp_path / "direct",
+                              BuildOptions(target="tensorrt", max_batch=8, service_ms=SERVICE_MS)).output
     completed, built = snapshot(repo), snapshot(direct)
     assert set(completed) == set(built)
     different = {p for p in completed if completed[p] != built[p]}

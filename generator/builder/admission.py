@@ -1,0 +1,78 @@
+"""Overload from a latency budget: the queue policy every composing step's dynamic batcher enforces.
+
+Triton 2.51 cannot bound an ensemble as a whole (it has no queue of its own), so each composing model
+sheds load itself:
+
+- ``max_queue_size``: a request that finds a step's queue full is rejected at once with UNAVAILABLE
+  ("Exceeds maximum queue size"). This is the fast path, so the queue is sized to hold only what the
+  pipeline serves within the budget: ``--max-queue-ms / service time of one batch x --max-batch``, halved
+  because steps measured one after another run about half as fast when they share the cores under
+  overload (measured on the project's 2-core machine: 122 images/s estimated, 45-95 served).
+- ``default_timeout_microseconds`` with ``timeout_action: REJECT``: no step holds a request longer than
+  the budget, whatever the estimate said. Triton notices an expired request only when it next forms a
+  batch for that step, so this backstop answers later than a full queue does.
+- ``priority_levels: 2`` with ``default_priority_level: 2``: user requests land in level 2; health and
+  readiness probes send priority 1 and overtake them in every step's queue (the ensemble passes a
+  request's priority on to each step). Level 1 has its own queue of the same size and no timeout: a
+  probe waits at most for the batch each step is running, and a probe rejected for a slow batch under
+  overload would restart a server that is only busy.
+
+``max_queue_size`` counts requests, not images: a client sending N images per request fills the queue
+N times as fast, and the timeout, not the queue size, bounds its wait.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from generator.serving.contract import PRIORITY_LEVELS, PROBE_PRIORITY, USER_PRIORITY
+
+# Steps measured one after another vs the same steps sharing the machine's cores under overload.
+CONTENTION_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """What every composing model's ``dynamic_batching`` block says about waiting and priorities."""
+
+    timeout_us: int
+    max_queue_size: int
+    priority_levels: int = PRIORITY_LEVELS
+    default_priority_level: int = USER_PRIORITY
+    probe_priority_level: int = PROBE_PRIORITY  # its queue has no timeout
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "default_timeout_microseconds": self.timeout_us,
+            "max_queue_size": self.max_queue_size,
+            "priority_levels": self.priority_levels,
+            "default_priority_level": self.default_priority_level,
+            "probe_priority_level": self.probe_priority_level,
+        }
+
+
+def queue_size(max_queue_ms: float, max_batch: int, batch_ms: float | None) -> int:
+    """Requests a step may queue: what the pipeline serves in ``max_queue_ms``, at least one full batch.
+
+    Without a service time (a config rendered on its own, e.g. for a golden file) two batches are assumed.
+    """
+    if batch_ms is None:
+        return 2 * max_batch
+    served = max_queue_ms / batch_ms * max_batch / CONTENTION_FACTOR
+    return max(max_batch, math.floor(served))
+
+
+def queue_policy(max_queue_ms: float, max_batch: int, batch_ms: float | None) -> QueuePolicy:
+    """The queue policy of every composing step for a budget of ``max_queue_ms``."""
+    return QueuePolicy(timeout_us=round(max_queue_ms * 1000),
+                       max_queue_size=queue_size(max_queue_ms, max_batch, batch_ms))
+
+
+def budget_warning(max_queue_ms: float, batch_ms: float) -> str | None:
+    """Why the budget cannot be kept by fast rejections alone, or None."""
+    if batch_ms * CONTENTION_FACTOR <= max_queue_ms:
+        return None
+    return (f"--max-queue-ms {max_queue_ms:g} is shorter than one full batch under load (about "
+            f"{batch_ms * CONTENTION_FACTOR:.0f} ms): the queues still hold one batch, so requests that wait "
+            "too long are rejected by timeout instead of at once; raise --max-queue-ms or lower --max-batch")
