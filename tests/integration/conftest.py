@@ -12,7 +12,11 @@ from generator.builder.pipeline import build_repository
 
 @pytest.fixture(scope="session")
 def demo_repository(tmp_path_factory: pytest.TempPathFactory, demo_onnx: Path) -> Path:
-    """The demo ensemble `yolo` as `python -m generator build` writes it by default."""
+    """The demo ensemble `yolo` as `python -m generator build` writes it, with a 5 s queue budget.
+
+    The default 250 ms budget sheds requests as soon as the shared CI machine is busy; these servers test
+    healing, draining and the CLI, and tests/integration/test_overload.py tests shedding with the defaults.
+    """
     repository = tmp_path_factory.mktemp("served") / "repository"
-    build_repository(demo_onnx, repository, BuildOptions(name="yolo"))
+    build_repository(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
     return repository

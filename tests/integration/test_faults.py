@@ -229,7 +229,6 @@ def test_sigterm_mid_burst_drains(demo_repository: Path, tmp_path: Path) -> None
 
 # --- a hanging step and overload: one server without a watchdog ----------------------------------------------
 
-PRIORITY_LEVELS = "dynamic_batching {\n  priority_levels: 2\n  default_priority_level: 2"
 HANG_S = 3.0
 HANG_MODEL = '''
 import time
@@ -268,14 +267,17 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 
 @pytest.fixture(scope="module")
 def fragile(demo_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    """`hang` (a Python model that sleeps) and `yolo_q1` (the demo built with --max-queue-size 1)."""
+    """`hang` (a Python model that sleeps) and `yolo_q1` (the demo with queues of one request per step).
+
+    A budget of 5 s for batches said to take 20 s sizes every queue to its floor, one batch of one image; user
+    traffic waits at priority level 2, the watchdog's probe at 1 (generator.builder.admission).
+    """
     root = tmp_path_factory.mktemp("fragile")
-    build_repository(demo_onnx, root / "q1", BuildOptions(name="yolo_q1", max_queue_size=1))
-    for step in ("preprocess", "detector", "nms"):  # user traffic at level 2, the watchdog's probe at 1
-        config = root / "q1" / f"yolo_q1_{step}" / "config.pbtxt"
-        text = config.read_text().replace("dynamic_batching {", PRIORITY_LEVELS, 1)
-        assert text.count("priority_levels") == 1
-        config.write_text(text)
+    build_repository(demo_onnx, root / "q1", BuildOptions(name="yolo_q1", max_batch=1, max_queue_ms=5000,
+                                                         service_ms=20_000))
+    for step in ("preprocess", "detector", "nms"):
+        config = (root / "q1" / f"yolo_q1_{step}" / "config.pbtxt").read_text()
+        assert "max_queue_size: 1\n" in config and "priority_levels: 2" in config
     (root / "hang" / "hang" / "1").mkdir(parents=True)
     (root / "hang" / "hang" / "config.pbtxt").write_text(HANG_CONFIG)
     (root / "hang" / "hang" / "1" / "model.py").write_text(HANG_MODEL.format(hang_s=HANG_S))
@@ -339,7 +341,7 @@ def test_probe_overtakes_a_saturated_queue(fragile: EmbeddedServer, image: bytes
 def burst(url: str, image: bytes, retry: RetryPolicy, count: int = 32, rounds: int = 1) -> list[Outcome]:
     def one(_: int) -> Outcome:
         with DetectionClient(url, model="yolo_q1", timeout_s=30, retry=retry,
-                             model_info=ModelInfo("yolo_q1", 8, ())) as client:
+                             model_info=ModelInfo("yolo_q1", 1, ())) as client:
             start = time.monotonic()
             try:
                 client.detect(image)

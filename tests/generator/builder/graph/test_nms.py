@@ -13,7 +13,7 @@ from generator.builder.graph.nms import NMS_OUTPUT, GraphNmsError, NmsSettings, 
 from generator.builder.graph.suffix import add_class_reduction
 from generator.builder.options import NMS_IN_GRAPH_MAX_DETECTIONS, BuildOptions
 from generator.builder.pipeline import build_repository
-from generator.demo import DEMO_ONNX
+from generator.demo import DEMO_ONNX, INPUT_SIZE
 from generator.serving.batch import prepare_batch
 from generator.serving.contract import GRAPH_NMS_LAYOUT
 from generator.serving.letterbox import Letterbox
@@ -129,7 +129,7 @@ def served(output: Path, **options: object) -> onnx.ModelProto:
 
 def test_the_demo_built_with_nms_in_graph_detects_what_the_default_build_does(tmp_path: Path) -> None:
     images = synthetic_images([(640, 480), (1280, 720)], per_size=6, seed=5)
-    batch = prepare_batch(images, (320, 320))
+    batch = prepare_batch(images, (INPUT_SIZE, INPUT_SIZE))
     default = served(tmp_path / "default")
     with_nms = served(tmp_path / "nms", nms_in_graph=True)
     assert [o.name for o in with_nms.graph.output] == [NMS_OUTPUT]
