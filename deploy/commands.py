@@ -120,6 +120,7 @@ def build_args(settings: Settings, target: str, onnx: str = DETECTOR_ONNX_PATH) 
         "--max-image-bytes", str(settings.max_image_bytes),
         "--max-image-pixels", str(settings.max_image_pixels),
         "--normalise-in", settings.normalise_in,
+        "--max-queue-ms", str(settings.max_queue_ms),
         "--instances", str(settings.python_instances), "2", str(settings.python_instances),
         # The CPU stack always preprocesses on the CPU.
         "--preprocess-device", settings.preprocess_device if target == "tensorrt" else "cpu",

@@ -113,6 +113,9 @@ class Settings:
     max_detections: int = 100
     # Instances of each Python model (preprocess, NMS); passed to `generator build --instances`.
     python_instances: int = 2
+    # The latency budget every step's queue is sized from (`--max-queue-ms`): beyond it requests are shed
+    # at once with UNAVAILABLE (HTTP 503) instead of waiting (README "Overload").
+    max_queue_ms: int = 250
     # Serving caps on one encoded image (`--max-image-bytes`, `--max-image-pixels`); they bound the proxy's
     # body limit, /dev/shm and OpenCV's own decoder limit (OPENCV_IO_MAX_IMAGE_PIXELS).
     max_image_bytes: int = 4 * 1024 * 1024
@@ -233,7 +236,7 @@ class Settings:
 
 _POSITIVE = (
     "max_batch", "input_size", "num_classes", "max_detections", "python_instances", "max_image_bytes",
-    "max_image_pixels", "cuda_pool_mib", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
+    "max_image_pixels", "max_queue_ms", "cuda_pool_mib", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
     "hpa_max_replicas", "queue_time_target_ms", "gpus_per_pod", "memory_request_mib", "probe_failures",
     "probe_interval_s", "probe_timeout_s", "exit_timeout_s",
 )

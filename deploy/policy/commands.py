@@ -117,6 +117,7 @@ def builder_command_violations(command: Sequence[str], settings: Settings, targe
     if ("--no-reduce-head" in build) == settings.reduce_head:
         problems.append(f"{where}: --no-reduce-head must match reduce_head={settings.reduce_head} (/dev/shm sizing)")
     problems += _one(build, "--normalise-in", settings.normalise_in, where)
+    problems += _one(build, "--max-queue-ms", str(settings.max_queue_ms), where)
     device = settings.preprocess_device if target == "tensorrt" else "cpu"
     problems += _one(build, "--preprocess-device", device, where)
     if ("--nms-in-graph" in build) != settings.nms_in_graph:

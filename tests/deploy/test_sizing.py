@@ -71,12 +71,15 @@ def test_shm_terms_are_the_tensors_the_generator_really_builds(tmp_path: Path, n
                                                                reduce_head: bool, nms_in_graph: bool) -> None:
     """Build the demo with the same options and read the dims and dtypes from the configs Triton will load."""
     from generator.builder.config.render import parse_config
+    from generator.builder.onnx_inspect import inspect_onnx
     from generator.builder.options import BuildOptions
     from generator.builder.pipeline import build_repository
     from generator.demo import DEMO_ONNX
 
-    settings = Settings(input_size=320, num_classes=6, max_batch=2, normalise_in=normalise_in,
-                        reduce_head=reduce_head, nms_in_graph=nms_in_graph)
+    demo = inspect_onnx(Path(DEMO_ONNX))  # the bundled demo's own input size and classes
+    assert demo.image_size[0] == demo.image_size[1]
+    settings = Settings(input_size=demo.image_size[0], num_classes=len(demo.class_names), max_batch=2,
+                        normalise_in=normalise_in, reduce_head=reduce_head, nms_in_graph=nms_in_graph)
     build_repository(Path(DEMO_ONNX), tmp_path / "repo",
                      BuildOptions(max_batch=2, normalise_in=normalise_in, reduce_head=reduce_head,
                                   nms_in_graph=nms_in_graph))
