@@ -205,7 +205,7 @@ def test_the_rendered_locust_users_load_the_pod_through_the_proxy(pod: Pod, tmp_
         [str(locust), "-f", str(REPO / "loadtest" / "locustfile.py"), user, "--headless", "--users", "2",
          "--spawn-rate", "2", "--run-time", "6s", f"--host={scheme}://localhost:{port}", "--csv", str(tmp_path / "run"),
          "--only-summary"],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=180, check=False)
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     rows = {row["Name"]: row for row in csv.DictReader((tmp_path / "run_stats.csv").open())}
     total = rows["Aggregated"]
     assert int(total["Request Count"]) > 10 and int(total["Failure Count"]) == 0, result.stderr[-2000:]
