@@ -81,7 +81,7 @@ class ImageHeader:
 
 def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
     # Walk the marker segments up to the first start-of-scan; SOFn holds the dimensions.
-    pos, size, dims, progressive, components = 2, len(data), None, False, 0
+    pos, size, frame = 2, len(data), None
     while pos + 4 <= size:
         if data[pos] != 0xFF:
             raise ImageError("corrupt JPEG: bad marker")
@@ -96,27 +96,45 @@ def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
         if length < 2 or pos + 2 + length > size:
             raise ImageError("truncated JPEG")
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if length < 8:
-                raise ImageError("corrupt JPEG: short frame header")
-            height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
-            dims, progressive, components = (width, height), marker in _JPEG_PROGRESSIVE_SOF, data[pos + 9]
+            frame = _jpeg_frame(data, pos, length, marker)
         if marker == 0xDA:
-            if dims is None:
+            if frame is None:
                 raise ImageError("corrupt JPEG: no frame header before the image data")
-            if length < 3:
-                raise ImageError("corrupt JPEG: short scan header")
-            scan_data = pos + 2 + length
-            if progressive or data[pos + 4] < components:  # more than one scan: count them
-                scans = _count_scans(data, scan_data, max_scans)
-                return ImageHeader("jpeg", dims[0], dims[1], scans, progressive)
-            # One interleaved scan: libjpeg refuses a second one ("Didn't expect more than one scan").
-            # Entropy-coded data never contains FF D9, so a missing end marker means truncation. Searched
-            # from the end, where it is: a forward search scans the whole scan (0.3-0.6 ms for a 1280x720 JPEG).
-            if data.rfind(b"\xff\xd9", scan_data) < 0:
-                raise ImageError("truncated JPEG: no end-of-image marker")
-            return ImageHeader("jpeg", dims[0], dims[1])
+            return _jpeg_scans(data, pos, length, frame, max_scans)
         pos += 2 + length
     raise ImageError("truncated JPEG")
+
+
+@dataclass(frozen=True)
+class _JpegFrame:
+    width: int
+    height: int
+    progressive: bool
+    components: int
+
+
+def _jpeg_frame(data: bytes, pos: int, length: int, marker: int) -> _JpegFrame:
+    """The start-of-frame segment at ``pos``: dimensions, coding and component count."""
+    if length < 8:
+        raise ImageError("corrupt JPEG: short frame header")
+    height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
+    return _JpegFrame(width, height, marker in _JPEG_PROGRESSIVE_SOF, data[pos + 9])
+
+
+def _jpeg_scans(data: bytes, pos: int, length: int, frame: _JpegFrame, max_scans: int) -> ImageHeader:
+    """The header, from the first start-of-scan segment at ``pos`` on."""
+    if length < 3:
+        raise ImageError("corrupt JPEG: short scan header")
+    scan_data = pos + 2 + length
+    if frame.progressive or data[pos + 4] < frame.components:  # more than one scan: count them
+        scans = _count_scans(data, scan_data, max_scans)
+        return ImageHeader("jpeg", frame.width, frame.height, scans, frame.progressive)
+    # One interleaved scan: libjpeg refuses a second one ("Didn't expect more than one scan").
+    # Entropy-coded data never contains FF D9, so a missing end marker means truncation. Searched
+    # from the end, where it is: a forward search scans the whole scan (0.3-0.6 ms for a 1280x720 JPEG).
+    if data.rfind(b"\xff\xd9", scan_data) < 0:
+        raise ImageError("truncated JPEG: no end-of-image marker")
+    return ImageHeader("jpeg", frame.width, frame.height)
 
 
 def _count_scans(data: bytes, pos: int, max_scans: int) -> int:
