@@ -11,6 +11,7 @@ from clients._errors_map import translate_error
 from clients.detection import OUTPUT_NAMES
 from clients.endpoint import Endpoint
 from clients.errors import ClientError
+from clients.nodelay import disable_nagle
 from clients.request import image_request
 
 T = TypeVar("T")
@@ -49,6 +50,7 @@ class SyncTransport:
                     network_timeout=timeout_s,
                     **opts,
                 )
+                disable_nagle(self._client._client_stub)
         except Exception as exc:
             raise translate_error(exc, endpoint, timeout_s) from exc
 

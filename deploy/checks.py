@@ -1,42 +1,67 @@
 """Every static check of a rendered deploy tree, in one call (used by the CLI and the tests).
 
 No Docker daemon and no cluster are needed: drift against a fresh render, Compose Specification
-schema, Kubernetes strict schemas, the hardening policy, and the monitoring files' references.
+schema, Kubernetes strict schemas, the hardening policy, the proxy configuration, the package extras
+the images install, and the monitoring files' references.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from deploy import policy, validate
 from deploy.composefile import load_compose, parse_env
 from deploy.dashboard import TRITON_METRICS, metric_names
-from deploy.render import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, drift
+from deploy.errors import CheckError
+from deploy.render import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, NGINX_CONF, drift
 from deploy.settings import Settings
 
-# Stand-ins for the secrets the committed .env leaves empty, so the file can be interpolated.
-CHECK_SECRETS = {"TRITON_ADMIN_TOKEN": "check-token", "GRAFANA_ADMIN_PASSWORD": "check-password"}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Stand-ins for what the committed .env leaves empty on purpose (secrets, the NGC digests), so the file
+# can be interpolated for the schema and policy checks. Never used to build or run anything.
+CHECK_SECRETS = {
+    "TRITON_ADMIN_TOKEN": "check-token",
+    "GRAFANA_ADMIN_PASSWORD": "check-password",
+    "TRITON_BASE_DIGEST": "sha256:" + "0" * 64,
+    "TENSORRT_BASE_DIGEST": "sha256:" + "0" * 64,
+}
 
 
 def compose_problems(deploy_dir: Path, settings: Settings) -> list[str]:
     env = parse_env((deploy_dir / ".env").read_text(encoding="utf-8"))
-    compose = load_compose(
-        (deploy_dir / "docker-compose.yml").read_text(encoding="utf-8"), {**env, **CHECK_SECRETS}
+    text = (deploy_dir / "docker-compose.yml").read_text(encoding="utf-8")
+    compose = load_compose(text, {**env, **CHECK_SECRETS})
+    return (
+        validate.compose_schema_errors(compose)
+        + policy.compose_violations(compose, env, settings)
+        + policy.compose_text_violations(text)
+        + policy.proxy_violations((deploy_dir / NGINX_CONF).read_text(encoding="utf-8"), settings)
     )
-    return validate.compose_schema_errors(compose) + policy.compose_violations(compose, env, settings)
 
 
-def dockerfile_problems(deploy_dir: Path) -> list[str]:
+def dockerfile_problems(deploy_dir: Path, settings: Settings) -> list[str]:
     problems = []
-    for name, base in (
-        ("triton", "nvcr.io/nvidia/tritonserver"),
-        ("builder", "nvcr.io/nvidia/tensorrt"),
-        ("loadtest", None),
-    ):
-        path = deploy_dir / "docker" / f"{name}.Dockerfile"
-        problems.extend(policy.dockerfile_violations(path.read_text(encoding="utf-8"), path.name, base))
+    for image in ("triton", "builder", "loadtest"):
+        path = deploy_dir / "docker" / f"{image}.Dockerfile"
+        problems.extend(policy.dockerfile_violations(path.read_text(encoding="utf-8"), image, settings))
     return problems
+
+
+def read_pyproject(path: Path = REPO_ROOT / "pyproject.toml") -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError as exc:
+            raise CheckError("checking pyproject.toml on Python 3.10 needs tomli: pip install tomli") from exc
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CheckError(f"cannot read {path}: {exc}") from exc
 
 
 def k8s_problems(deploy_dir: Path, settings: Settings) -> list[str]:
@@ -84,7 +109,8 @@ def run_checks(deploy_dir: Path, settings: Settings, *, check_drift: bool = True
         if problems:
             return problems
     problems.extend(compose_problems(deploy_dir, settings))
-    problems.extend(dockerfile_problems(deploy_dir))
+    problems.extend(dockerfile_problems(deploy_dir, settings))
+    problems.extend(policy.extras_violations(read_pyproject()))
     problems.extend(k8s_problems(deploy_dir, settings))
     problems.extend(monitoring_problems(deploy_dir, settings))
     return problems

@@ -48,12 +48,12 @@ def _show(settings: Settings) -> None:
         print(f"{key} = {value!r}")
     shm = sizing.shm_breakdown(settings)
     print(f"composing_models = {', '.join(settings.composing_models)}")
+    terms = " + ".join(f"{name} {size}" for name, size in shm.tensors.items())
     print(
-        f"shm: per image {shm.per_item} B (encoded {shm.encoded_image} + tensor {shm.letterboxed_tensor} "
-        f"+ raw head {shm.raw_head} + detections {shm.detections} + params) x batch {shm.max_batch} "
+        f"shm: per image {shm.per_item} B ({terms}) x batch {shm.max_batch} "
         f"x {shm.python_model_instances} Python instances x 2 + 64 MiB -> {shm.total_mib} MiB"
     )
-    print(f"http_max_input_size = {sizing.http_max_input_bytes(settings)} B")
+    print(f"max_request_bytes (proxy body limit, --http-max-input-size) = {sizing.max_request_bytes(settings)} B")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

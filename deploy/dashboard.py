@@ -65,14 +65,15 @@ def _panel(
     }
 
 
-def build_dashboard(settings: Settings) -> dict[str, Any]:
-    """The dashboard JSON model (Grafana schema 39) for ``settings.model_name``."""
-    ens = f'model="{settings.model_name}"'
-    comp = 'model=~"{}"'.format("|".join(settings.composing_models))
-    every = 'model=~"{}"'.format("|".join(settings.all_models))
-    win = "[1m]"
+Spec = tuple[str, str, list[tuple[str, str]], str]  # title, unit, (PromQL, legend) targets, description
+_WINDOW = "[1m]"
+
+
+def _ensemble_specs(ens: str) -> list[Spec]:
+    """Traffic and end-to-end latency of the ensemble."""
+    win = _WINDOW
     quantiles = [("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99")]
-    specs: list[tuple[str, str, list[tuple[str, str]], str]] = [
+    return [
         (
             "Ensemble request rate",
             "reqps",
@@ -99,6 +100,13 @@ def build_dashboard(settings: Settings) -> dict[str, Any]:
             ],
             "End-to-end server latency (summary quantiles over Triton's sliding window; worst pod).",
         ),
+    ]
+
+
+def _step_specs(comp: str) -> list[Spec]:
+    """Where the time goes: queue, compute and batching per composing model."""
+    win = _WINDOW
+    return [
         (
             "Queue time per composing model (mean)",
             "ms",
@@ -146,6 +154,13 @@ def build_dashboard(settings: Settings) -> dict[str, Any]:
             ],
             "Inferences per execution: 1.0 means the dynamic batcher is not batching.",
         ),
+    ]
+
+
+def _health_specs(every: str) -> list[Spec]:
+    """Failures and the GPUs."""
+    win = _WINDOW
+    return [
         (
             "Failures per model",
             "reqps",
@@ -173,6 +188,15 @@ def build_dashboard(settings: Settings) -> dict[str, Any]:
             "Used and total device memory per GPU.",
         ),
     ]
+
+
+def build_dashboard(settings: Settings) -> dict[str, Any]:
+    """The dashboard JSON model (Grafana schema 39) for ``settings.model_name``."""
+    specs = (
+        _ensemble_specs(f'model="{settings.model_name}"')
+        + _step_specs('model=~"{}"'.format("|".join(settings.composing_models)))
+        + _health_specs('model=~"{}"'.format("|".join(settings.all_models)))
+    )
     panels = [
         _panel(i + 1, title, unit, targets, x=(i % 2) * 12, y=(i // 2) * 8, description=desc)
         for i, (title, unit, targets, desc) in enumerate(specs)

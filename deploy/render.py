@@ -6,22 +6,27 @@ hand edit of a generated file (or a template change that was not re-rendered) is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy import sizing
+from deploy import commands, sizing
 from deploy.dashboard import build_dashboard
 from deploy.errors import RenderError
 from deploy.settings import MIN_TRITON_RELEASE, Settings
-from generator.serving.gpu.environment import REQUIREMENTS as GPU_PREPROCESS_REQUIREMENTS
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 DEPLOY_DIR = Path(__file__).parent
 
-# Same pins as pyproject.toml: the preprocess/NMS model.py files import these inside Triton.
-PYTHON_MODEL_REQUIREMENTS = ("numpy>=1.24,<2", "opencv-python-headless>=4.8,<4.12")
+NGINX_CONF = "proxy/nginx.conf"
+NGINX_TEMPLATE = "proxy/nginx.conf.j2"
+# Both Kubernetes containers sleep this long on termination before they stop accepting, so the endpoint
+# controller has taken the pod out of the Service first (the kubelet starts preStop and the removal together).
+PRESTOP_SLEEP_S = 5
+# Where the load-test containers find the proxy's certificate (its CA for a self-signed one).
+LOCUST_CA_PATH = "/etc/locust/ca.crt"
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("docker/triton.Dockerfile", "triton.Dockerfile.j2"),
     Output("docker/builder.Dockerfile", "builder.Dockerfile.j2"),
     Output("docker/loadtest.Dockerfile", "loadtest.Dockerfile.j2"),
-    Output("docker/build-models.sh", "build-models.sh.j2"),
+    Output(NGINX_CONF, NGINX_TEMPLATE),
     Output("docker/triton.Dockerfile.dockerignore", "dockerignore.j2", (("image", "triton"),)),
     Output("docker/builder.Dockerfile.dockerignore", "dockerignore.j2", (("image", "builder"),)),
     Output("docker/loadtest.Dockerfile.dockerignore", "dockerignore.j2", (("image", "loadtest"),)),
@@ -47,6 +52,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("k8s/namespace.yaml", "k8s/namespace.yaml.j2"),
     Output("k8s/deployment.yaml", "k8s/deployment.yaml.j2"),
     Output("k8s/service.yaml", "k8s/service.yaml.j2"),
+    Output("k8s/networkpolicy.yaml", "k8s/networkpolicy.yaml.j2"),
+    Output("k8s/proxy-config.yaml", "k8s/proxy-config.yaml.j2"),
     Output("k8s/hpa.yaml", "k8s/hpa.yaml.j2"),
     Output("k8s/pdb.yaml", "k8s/pdb.yaml.j2"),
     Output("k8s/servicemonitor.yaml", "k8s/servicemonitor.yaml.j2"),
@@ -84,69 +91,41 @@ def adapter_metrics_query(settings: Settings) -> str:
 
 
 def locust_host(settings: Settings, service: str) -> str:
-    """URL the Locust users target; the scheme picks their Triton client (gRPC or HTTP)."""
-    port = settings.grpc_port if settings.locust_protocol == "grpc" else settings.http_port
-    return f"{settings.locust_protocol}://{service}:{port}"
+    """URL the Locust users target: the TLS proxy, like every client; the scheme picks gRPC or HTTP."""
+    if settings.locust_protocol == "grpc":
+        return f"grpcs://{service}:{settings.proxy_grpc_port}"
+    return f"https://{service}:{settings.proxy_http_port}"
 
 
-def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
-    """The tritonserver command line shared by compose and Kubernetes.
-
-    ``token`` is how the runtime spells the admin token: ``${TRITON_ADMIN_TOKEN...}`` in compose,
-    ``$(TRITON_ADMIN_TOKEN)`` in Kubernetes; the value itself is never rendered.
-    """
-    groups = ",".join(settings.restricted_api_groups)
-    restriction = f"{groups}:{settings.admin_header}={token}"
-    return [
-        "tritonserver",
-        "--model-repository=/models",
-        "--model-control-mode=none",
-        "--disable-auto-complete-config",
-        "--strict-readiness=true",
-        "--exit-on-error=true",
-        f"--http-port={settings.http_port}",
-        f"--grpc-port={settings.grpc_port}",
-        f"--metrics-port={settings.metrics_port}",
-        f"--http-max-input-size={sizing.http_max_input_bytes(settings)}",
-        "--allow-sagemaker=false",
-        "--allow-vertex-ai=false",
-        f"--http-restricted-api={restriction}",
-        f"--grpc-restricted-protocol={restriction}",
-        "--metrics-config=summary_latencies=true",
-        f"--allow-gpu-metrics={'true' if gpu else 'false'}",
-        "--log-verbose=0",
-    ]
-
-
-def healthcheck_args(settings: Settings) -> list[str]:
-    return [
-        "python3",
-        "/opt/deploy/healthcheck.py",
-        "--url",
-        f"127.0.0.1:{settings.http_port}",
-        "--ensemble",
-        settings.model_name,
-        "--models",
-        ",".join(settings.composing_models),
-    ]
-
-
-def context(settings: Settings) -> dict[str, Any]:
+def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
     """Everything a template may use; StrictUndefined turns any other name into an error."""
     shm = sizing.shm_breakdown(settings)
+    timing = commands.stop_timing(settings)
     return {
         "s": settings,
         "shm": shm,
         "shm_size_mib": shm.total_mib,
-        "http_max_input_bytes": sizing.http_max_input_bytes(settings),
+        "max_request_bytes": sizing.max_request_bytes(settings),
         "pod_memory_limit_mib": sizing.pod_memory_limit_mib(settings),
         "min_triton_release": MIN_TRITON_RELEASE,
-        "python_model_requirements": PYTHON_MODEL_REQUIREMENTS,
-        "gpu_preprocess_requirements": GPU_PREPROCESS_REQUIREMENTS,
         "compose_token": "${TRITON_ADMIN_TOKEN:?set TRITON_ADMIN_TOKEN (see deploy/README.md)}",
         "k8s_token": "$(TRITON_ADMIN_TOKEN)",
-        "triton_args": triton_args,
-        "healthcheck_args": healthcheck_args(settings),
+        "serve_command": commands.serve_command,
+        "builder_command": commands.builder_command,
+        "image_extras": commands.image_extras,
+        "build_targets": commands.BUILD_TARGETS,
+        "probe_command": commands.probe_command(settings),
+        "models_volume": commands.MODELS_VOLUME,
+        "watchdog_path": commands.WATCHDOG_PATH,
+        "detector_onnx_path": commands.DETECTOR_ONNX_PATH,
+        "exit_timeout_s": timing.exit_timeout_s,
+        "watchdog_grace_s": timing.watchdog_grace_s,
+        "container_grace_s": timing.container_grace_s,
+        "locust_ca_path": LOCUST_CA_PATH,
+        "pod_grace_s": timing.container_grace_s + PRESTOP_SLEEP_S,
+        "prestop_sleep_s": PRESTOP_SLEEP_S,
+        "nginx_conf": nginx_conf,
+        "nginx_conf_sha256": hashlib.sha256(nginx_conf.encode()).hexdigest(),
         "k8s_resource_files": K8S_RESOURCE_FILES,
         "hpa_metric_name": HPA_METRIC_NAME,
         "adapter_metrics_query": adapter_metrics_query(settings),
@@ -173,13 +152,19 @@ def _environment() -> Any:
 
 
 def render_all(settings: Settings) -> dict[str, str]:
-    """Map of relative output path -> rendered text."""
+    """Map of relative output path -> rendered text. The proxy config goes first: Kubernetes embeds it."""
     import jinja2
 
     env = _environment()
-    base = context(settings)
     rendered: dict[str, str] = {}
+    try:
+        rendered[NGINX_CONF] = env.get_template(NGINX_TEMPLATE).render(**context(settings))
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template {NGINX_TEMPLATE}: {exc}") from exc
+    base = context(settings, rendered[NGINX_CONF])
     for output in OUTPUTS:
+        if output.path == NGINX_CONF:
+            continue
         try:
             rendered[output.path] = env.get_template(output.template).render(**base, **dict(output.extra))
         except jinja2.TemplateError as exc:

@@ -2,7 +2,7 @@
 
 Defaults are the committed render. A YAML file or ``--set key=value`` flags override them; unknown
 keys and values that would break a deployment rule (old Triton release, clashing ports, unsafe model
-names) are rejected here, before anything is rendered.
+names, images not pinned by digest) are rejected here, before anything is rendered.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.errors import SettingsError
+from generator.builder.options import SpecError, validate_model_name
 
 # The admin API groups restricted on both protocols: one list, also used by `python -m generator serve`.
 from generator.server.hardening import ADMIN_API_GROUPS
@@ -26,11 +27,15 @@ MIN_TRITON_RELEASE = "25.07"
 STUB_AWARE_READY_RELEASE = "26.04"
 
 _RELEASE_RE = re.compile(r"^(\d{2})\.(\d{2})$")
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _DNS_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _HEADER_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _K8S_VERSION_RE = re.compile(r"^1\.\d{2}$")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# registry/repository:tag@sha256:<64 hex>; the tag says what it is, the digest what is pulled.
+_PINNED_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._/-]*(?::\d+/[a-z0-9._/-]+)?):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})"
+                        r"@(?P<digest>sha256:[0-9a-f]{64})$")
 _PRECISIONS = ("fp32", "fp16", "int8")
+_NORMALISE_IN = ("graph", "preprocess")
 
 
 def release_tuple(release: str) -> tuple[int, int]:
@@ -44,6 +49,15 @@ def release_tuple(release: str) -> tuple[int, int]:
     return year, month
 
 
+def is_pinned(image: str) -> bool:
+    """``name:tag@sha256:<digest>``: readable and immutable at once."""
+    return _PINNED_RE.fullmatch(image) is not None
+
+
+def is_digest(value: str) -> bool:
+    return _DIGEST_RE.fullmatch(value) is not None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every value a deployment file needs; derived values are properties, never settings."""
@@ -52,18 +66,42 @@ class Settings:
     # 26.08: >= 25.07 (2025 CVE fixes) and >= 26.04 (ready endpoint notices a dead Python stub).
     # 26.x containers need compute capability >= 7.5; for V100/P100 hosts pick a 25.x >= 25.07.
     triton_release: str = "26.08"
+    # Digests of nvcr.io/nvidia/tritonserver:<release>-py3 and nvcr.io/nvidia/tensorrt:<release>-py3. No
+    # public source this project can read lists NGC digests, so they are required at deploy time instead of
+    # guessed: the committed .env leaves them empty and compose refuses to build until they are set. Refresh:
+    #   docker buildx imagetools inspect nvcr.io/nvidia/tritonserver:26.08-py3 --format '{{json .Manifest.Digest}}'
+    triton_base_digest: str = ""
+    tensorrt_base_digest: str = ""
+    # Every other image is pinned by tag AND digest (the digest is what is pulled). Digests recorded from
+    # public sources on 2026-11-30; refresh with the command above (or `docker pull` then
+    # `docker inspect --format '{{index .RepoDigests 0}}' IMAGE`), and update tag and digest together.
+    # Source: docker-library/repo-info repos/python/remote/3.11-slim-bookworm.md (Python 3.11.16).
+    python_image: str = (
+        "python:3.11-slim-bookworm@sha256:fe556eaffd0d96abd8685b83bb8a69addd0dc730fa193669a7df0d49ddcfac02"
+    )
+    # Source: docker-library/repo-info repos/nginx/remote/1.30.5-alpine.md (stable line).
+    nginx_image: str = "nginx:1.30.5-alpine@sha256:0985e772fb9f729e6fa0980da05fca5d9c468e870eed43071545afa9d2e27d94"
+    # Sources: the same digest pinned for these tags in several independent public repositories.
+    prometheus_image: str = (
+        "prom/prometheus:v3.5.0@sha256:63805ebb8d2b3920190daf1cb14a60871b16fd38bed42b857a3182bc621f4996"
+    )
+    grafana_image: str = (
+        "grafana/grafana:12.1.0@sha256:6ac590e7cabc2fbe8d7b8fc1ce9c9f0582177b334e0df9c927ebd9670469440f"
+    )
     project_version: str = "0.1.0"
     image_registry: str = "registry.example.com/yolo"
     triton_image_name: str = "yolo-triton"
     builder_image_name: str = "yolo-trt-builder"
     loadtest_image_name: str = "yolo-locust"
-    python_image: str = "python:3.11-slim-bookworm"
-    prometheus_image: str = "prom/prometheus:v3.5.0"
-    grafana_image: str = "grafana/grafana:12.1.0"
+    # Digests of the three images this project builds, once pushed to image_registry (Kubernetes pulls
+    # them by digest when set; compose builds them locally from the pinned bases above).
+    triton_image_digest: str = ""
+    builder_image_digest: str = ""
+    loadtest_image_digest: str = ""
     # Repo-relative path of the ONNX detector baked into the builder image (default: the bundled demo).
     detector_onnx: str = "generator/demo/demo_detector.onnx"
 
-    # --- model (generator contract) -----------------------------------------------------------
+    # --- model (generator contract; passed to `generator build`) ------------------------------
     model_name: str = "yolo"
     precision: str = "fp16"
     # The CPU profile's detector runs on ONNX Runtime, where FP16 is slower than FP32.
@@ -75,19 +113,42 @@ class Settings:
     max_detections: int = 100
     # Instances of each Python model (preprocess, NMS); passed to `generator build --instances`.
     python_instances: int = 2
-    # Serving cap on one encoded image; bounds the HTTP body and /dev/shm sizing.
+    # The latency budget every step's queue is sized from (`--max-queue-ms`): beyond it requests are shed
+    # at once with UNAVAILABLE (HTTP 503) instead of waiting (README "Overload").
+    max_queue_ms: int = 250
+    # Serving caps on one encoded image (`--max-image-bytes`, `--max-image-pixels`); they bound the proxy's
+    # body limit, /dev/shm and OpenCV's own decoder limit (OPENCV_IO_MAX_IMAGE_PIXELS).
     max_image_bytes: int = 4 * 1024 * 1024
+    max_image_pixels: int = 40_000_000
+    # What travels between the steps (`--normalise-in`, `--no-reduce-head`): sizes /dev/shm.
+    normalise_in: str = "graph"
+    reduce_head: bool = True
+    # TensorRT plans built with BuilderFlag.VERSION_COMPATIBLE (`--version-compatible`); the server then
+    # gets --backend-config=tensorrt,version-compatible=true from the repository's manifest.
+    version_compatible: bool = False
     # GPU profile only (the CPU profile always preprocesses on the CPU): `generator build --preprocess-device`;
     # "gpu" also installs the project's `gpu` extra into the builder and Triton images.
     preprocess_device: str = "cpu"
     # `generator build --nms-in-graph`: NMS inside the detector graph (TensorRT runs it on the GPU).
     nms_in_graph: bool = False
+    # preprocess_device=gpu: Triton's CUDA memory pool per GPU holds the images between the steps
+    # (--cuda-memory-pool-byte-size; 64 MiB by default, which a few 640x640 batches in flight fill; the H200
+    # proof ran with 2 GiB). A pool that runs out falls back to host memory: slower, still correct.
+    cuda_pool_mib: int = 2048
 
     # --- network ------------------------------------------------------------------------------
-    bind_address: str = "127.0.0.1"
+    # Triton's own ports: bound on 127.0.0.1 inside the proxy's network namespace (compose) or pod
+    # (Kubernetes); only metrics listen on the container network, for Prometheus.
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
+    # The TLS proxy (nginx) in front of them: the only way in for clients.
+    proxy_http_port: int = 8443
+    proxy_grpc_port: int = 8444
+    # Host address compose publishes the proxy on; set a non-loopback IP to serve remote clients.
+    proxy_bind_address: str = "127.0.0.1"
+    # Host address of everything else compose publishes (dashboards, Locust UI): loopback only.
+    bind_address: str = "127.0.0.1"
     prometheus_port: int = 9090
     grafana_port: int = 3000
     locust_web_port: int = 8089
@@ -97,6 +158,13 @@ class Settings:
     admin_header: str = "admin-key"
     run_as_uid: int = 1000
     run_as_gid: int = 1000
+
+    # --- self-healing and drain (generator/server/watchdog.py, generator/server/shutdown.py) ---
+    probe_failures: int = 3
+    probe_interval_s: int = 10
+    probe_timeout_s: int = 5
+    # tritonserver --exit-timeout-secs: in-flight requests get this long after SIGTERM.
+    exit_timeout_s: int = 30
 
     # --- load test ----------------------------------------------------------------------------
     locust_workers: int = 2
@@ -116,82 +184,15 @@ class Settings:
     cpu_request: str = "4"
     memory_request_mib: int = 8192
     metrics_scrape_interval: str = "15s"
+    # Where the Prometheus that scrapes Triton runs: the NetworkPolicy admits only it to the metrics port.
+    prometheus_namespace: str = "monitoring"
+    prometheus_pod_name: str = "prometheus"  # its app.kubernetes.io/name label
 
     def __post_init__(self) -> None:
-        if release_tuple(self.triton_release) < release_tuple(MIN_TRITON_RELEASE):
-            raise SettingsError(
-                f"triton_release {self.triton_release} predates the 2025 security fixes; "
-                f"use {MIN_TRITON_RELEASE} or later"
-            )
-        if not _NAME_RE.match(self.model_name):
-            raise SettingsError(f"model_name {self.model_name!r} must match {_NAME_RE.pattern}")
-        for key in ("precision", "cpu_precision"):
-            if getattr(self, key) not in _PRECISIONS:
-                raise SettingsError(f"{key} {getattr(self, key)!r} is not one of {', '.join(_PRECISIONS)}")
-        for key in (
-            "max_batch",
-            "input_size",
-            "num_classes",
-            "max_detections",
-            "python_instances",
-            "max_image_bytes",
-            "locust_workers",
-            "locust_users",
-            "locust_spawn_rate",
-            "replicas",
-            "hpa_min_replicas",
-            "hpa_max_replicas",
-            "queue_time_target_ms",
-            "gpus_per_pod",
-            "memory_request_mib",
-        ):
-            if getattr(self, key) < 1:
-                raise SettingsError(f"{key} must be at least 1, got {getattr(self, key)}")
-        if self.input_size % 32:
-            raise SettingsError(f"input_size {self.input_size} must be a multiple of 32 (YOLO strides)")
-        ports = {
-            k: getattr(self, k)
-            for k in (
-                "http_port",
-                "grpc_port",
-                "metrics_port",
-                "prometheus_port",
-                "grafana_port",
-                "locust_web_port",
-                "locust_master_port",
-            )
-        }
-        for key, port in ports.items():
-            if not 1024 <= port <= 65535:
-                raise SettingsError(f"{key} {port} must be an unprivileged port (1024-65535)")
-        if len(set(ports.values())) != len(ports):
-            raise SettingsError(f"ports must be distinct, got {ports}")
-        try:
-            ipaddress.ip_address(self.bind_address)
-        except ValueError as exc:
-            raise SettingsError(f"bind_address {self.bind_address!r} is not an IP address") from exc
-        if not _HEADER_RE.match(self.admin_header):
-            raise SettingsError(f"admin_header {self.admin_header!r} must be a lower-case header name")
-        if self.run_as_uid == 0 or self.run_as_gid == 0:
-            raise SettingsError("run_as_uid/run_as_gid must not be 0: the containers run as non-root")
-        if not _DNS_RE.match(self.namespace):
-            raise SettingsError(f"namespace {self.namespace!r} is not a DNS-1123 label")
-        if not _K8S_VERSION_RE.match(self.kubernetes_version):
-            raise SettingsError(f"kubernetes_version {self.kubernetes_version!r} must look like '1.33'")
-        if not self.hpa_min_replicas <= self.replicas <= self.hpa_max_replicas:
-            raise SettingsError("need hpa_min_replicas <= replicas <= hpa_max_replicas")
-        if self.hpa_min_replicas < 2:
-            raise SettingsError(
-                "hpa_min_replicas must be >= 2, or the PodDisruptionBudget blocks every drain"
-            )
-        if self.preprocess_device not in ("cpu", "gpu"):
-            raise SettingsError(f"preprocess_device {self.preprocess_device!r} must be 'cpu' or 'gpu'")
-        if self.locust_protocol not in ("grpc", "http"):
-            raise SettingsError(f"locust_protocol {self.locust_protocol!r} must be 'grpc' or 'http'")
-        if Path(self.detector_onnx).is_absolute() or ".." in Path(self.detector_onnx).parts:
-            raise SettingsError(
-                "detector_onnx must be a path inside the repository (it is the build context)"
-            )
+        _check_images(self)
+        _check_model(self)
+        _check_network(self)
+        _check_kubernetes(self)
 
     # --- derived values ---------------------------------------------------------------------------
     @property
@@ -201,7 +202,7 @@ class Settings:
 
     @property
     def all_models(self) -> tuple[str, ...]:
-        """The ensemble followed by its composing models: what a health check must find ready."""
+        """The ensemble followed by its composing models."""
         return (self.model_name, *self.composing_models)
 
     @property
@@ -226,6 +227,103 @@ class Settings:
     @property
     def stub_aware_ready(self) -> bool:
         return release_tuple(self.triton_release) >= release_tuple(STUB_AWARE_READY_RELEASE)
+
+    def own_image(self, name: str, digest: str) -> str:
+        """An image this project builds, as Kubernetes pulls it: by digest once one is recorded."""
+        return f"{self.image_registry}/{name}:{self.image_tag}" + (f"@{digest}" if digest else "")
+
+
+
+_POSITIVE = (
+    "max_batch", "input_size", "num_classes", "max_detections", "python_instances", "max_image_bytes",
+    "max_image_pixels", "max_queue_ms", "cuda_pool_mib", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
+    "hpa_max_replicas", "queue_time_target_ms", "gpus_per_pod", "memory_request_mib", "probe_failures",
+    "probe_interval_s", "probe_timeout_s", "exit_timeout_s",
+)
+_PORTS = (
+    "http_port", "grpc_port", "metrics_port", "proxy_http_port", "proxy_grpc_port", "prometheus_port",
+    "grafana_port", "locust_web_port", "locust_master_port",
+)
+
+
+def _check_images(s: Settings) -> None:
+    if release_tuple(s.triton_release) < release_tuple(MIN_TRITON_RELEASE):
+        raise SettingsError(
+            f"triton_release {s.triton_release} predates the 2025 security fixes; use {MIN_TRITON_RELEASE} or later"
+        )
+    for key in ("python_image", "nginx_image", "prometheus_image", "grafana_image"):
+        if not is_pinned(getattr(s, key)):
+            raise SettingsError(
+                f"{key} {getattr(s, key)!r} is not pinned: write it as name:tag@sha256:<digest> "
+                "(see the refresh command in deploy/settings.py)"
+            )
+    for key in ("triton_base_digest", "tensorrt_base_digest", "triton_image_digest", "builder_image_digest",
+                "loadtest_image_digest"):
+        value = getattr(s, key)
+        if value and not is_digest(value):
+            raise SettingsError(f"{key} {value!r} must be sha256:<64 hex digits> (or empty)")
+    if Path(s.detector_onnx).is_absolute() or ".." in Path(s.detector_onnx).parts:
+        raise SettingsError("detector_onnx must be a path inside the repository (it is the build context)")
+
+
+def _check_model(s: Settings) -> None:
+    # The generator's own rule. Kubernetes adds none: the name reaches only container args, environment
+    # values and PromQL label matchers, never an object name or a label.
+    try:
+        validate_model_name(s.model_name)
+    except SpecError as exc:
+        raise SettingsError(f"model_name: {exc}") from exc
+    for key in ("precision", "cpu_precision"):
+        if getattr(s, key) not in _PRECISIONS:
+            raise SettingsError(f"{key} {getattr(s, key)!r} is not one of {', '.join(_PRECISIONS)}")
+    if s.normalise_in not in _NORMALISE_IN:
+        raise SettingsError(f"normalise_in {s.normalise_in!r} is not one of {', '.join(_NORMALISE_IN)}")
+    if s.preprocess_device not in ("cpu", "gpu"):
+        raise SettingsError(f"preprocess_device {s.preprocess_device!r} must be 'cpu' or 'gpu'")
+    for key in _POSITIVE:
+        if getattr(s, key) < 1:
+            raise SettingsError(f"{key} must be at least 1, got {getattr(s, key)}")
+    if s.input_size % 32:
+        raise SettingsError(f"input_size {s.input_size} must be a multiple of 32 (YOLO strides)")
+
+
+def _check_network(s: Settings) -> None:
+    ports = {k: getattr(s, k) for k in _PORTS}
+    for key, port in ports.items():
+        if not 1024 <= port <= 65535:
+            raise SettingsError(f"{key} {port} must be an unprivileged port (1024-65535)")
+    if len(set(ports.values())) != len(ports):
+        raise SettingsError(f"ports must be distinct, got {ports}")
+    for key in ("bind_address", "proxy_bind_address"):
+        try:
+            ipaddress.ip_address(getattr(s, key))
+        except ValueError as exc:
+            raise SettingsError(f"{key} {getattr(s, key)!r} is not an IP address") from exc
+    if not ipaddress.ip_address(s.bind_address).is_loopback:
+        raise SettingsError(
+            f"bind_address {s.bind_address!r} must be loopback: only the TLS proxy faces the network "
+            "(set proxy_bind_address)"
+        )
+    if not _HEADER_RE.match(s.admin_header):
+        raise SettingsError(f"admin_header {s.admin_header!r} must be a lower-case header name")
+    if 0 in (s.run_as_uid, s.run_as_gid):
+        raise SettingsError("run_as_uid/run_as_gid must not be 0: the containers run as non-root")
+    if s.probe_timeout_s >= s.probe_interval_s:
+        raise SettingsError("probe_timeout_s must be shorter than probe_interval_s")
+
+
+def _check_kubernetes(s: Settings) -> None:
+    for key in ("namespace", "prometheus_namespace", "prometheus_pod_name"):
+        if not _DNS_RE.match(getattr(s, key)):
+            raise SettingsError(f"{key} {getattr(s, key)!r} is not a DNS-1123 label")
+    if not _K8S_VERSION_RE.match(s.kubernetes_version):
+        raise SettingsError(f"kubernetes_version {s.kubernetes_version!r} must look like '1.33'")
+    if not s.hpa_min_replicas <= s.replicas <= s.hpa_max_replicas:
+        raise SettingsError("need hpa_min_replicas <= replicas <= hpa_max_replicas")
+    if s.hpa_min_replicas < 2:
+        raise SettingsError("hpa_min_replicas must be >= 2, or the PodDisruptionBudget blocks every drain")
+    if s.locust_protocol not in ("grpc", "http"):
+        raise SettingsError(f"locust_protocol {s.locust_protocol!r} must be 'grpc' or 'http'")
 
 
 def field_names() -> tuple[str, ...]:

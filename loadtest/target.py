@@ -1,7 +1,8 @@
 """Where the server is, for the load tools: ``clients.endpoint`` parses the URL, this adapts its answer.
 
-The load tools speak plain gRPC/HTTP only (no TLS), report errors as ``LoadTestError`` (the CLI prints one
-line), and find Triton's metrics on the same host as the inference port.
+The load tools speak plain gRPC/HTTP, except the Locust users, which also reach Triton through the deploy's TLS
+proxy (``grpcs://``, ``https://``: ``user_address``); they report errors as ``LoadTestError`` (the CLI prints
+one line), and find Triton's metrics on the same host as the inference port.
 """
 
 from __future__ import annotations
@@ -25,15 +26,22 @@ class Endpoints:
     metrics: str
 
 
-def address_of(url: str, protocol: str) -> str:
-    """``grpc://h:p``, ``http://h:p/prefix`` or ``h:p`` -> ``h:p[/prefix]``; a missing port gets the default."""
+def user_address(url: str, protocol: str) -> tuple[str, bool]:
+    """``grpc[s]://h:p``, ``http[s]://h:p/prefix`` or ``h:p`` -> (``h:p[/prefix]``, TLS); a missing port gets the
+    default."""
     try:
         endpoint = parse_endpoint(url, protocol)
     except ClientError as exc:
         raise LoadTestError(str(exc)) from None
-    if endpoint.ssl:
-        raise LoadTestError(f"{url!r} asks for TLS, which the load tools do not speak: use grpc:// or http://")
-    return endpoint.address
+    return endpoint.address, endpoint.ssl
+
+
+def address_of(url: str, protocol: str) -> str:
+    """``grpc://h:p``, ``http://h:p/prefix`` or ``h:p`` -> ``h:p[/prefix]``; a missing port gets the default."""
+    address, tls = user_address(url, protocol)
+    if tls:
+        raise LoadTestError(f"{url!r} asks for TLS, which only the Locust users speak: use grpc:// or http://")
+    return address
 
 
 def host_of(address: str) -> str:

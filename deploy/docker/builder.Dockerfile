@@ -5,7 +5,9 @@
 # release as the Triton image, so the plan's TensorRT version is the one the server loads
 # ("Version tag does not match" otherwise). Build context: repo root.
 ARG TRITON_RELEASE=26.08
-FROM nvcr.io/nvidia/tensorrt:${TRITON_RELEASE}-py3
+# The digest of nvcr.io/nvidia/tensorrt:<release>-py3: the build fails without it (no unpinned base).
+ARG TENSORRT_BASE_DIGEST=
+FROM nvcr.io/nvidia/tensorrt:${TRITON_RELEASE}-py3@${TENSORRT_BASE_DIGEST}
 
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -13,21 +15,20 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 
-# The project and its dependencies are installed here, at image build time, never at start.
+# The `build` extra (and `gpu` for preprocess_device=gpu, which `generator check` verifies), at image build
+# time: no tritonclient[http] or Locust (geventhttpclient 2.0.2 has no wheel for this image's Python 3.12).
 COPY pyproject.toml README.md /opt/project/
 COPY generator /opt/project/generator
-COPY clients /opt/project/clients
-COPY loadtest /opt/project/loadtest
 COPY deploy /opt/project/deploy
-RUN python3 -m pip install /opt/project
+RUN python3 -m pip install "/opt/project[build]"
 
 ARG DETECTOR_ONNX=generator/demo/demo_detector.onnx
 COPY ${DETECTOR_ONNX} /opt/detector/model.onnx
-COPY deploy/docker/build-models.sh /opt/deploy/build-models.sh
 
 # The named volume takes this directory's owner on first mount, so the non-root user can write it.
 RUN mkdir -p /models && chown 1000:1000 /models
 USER 1000:1000
 WORKDIR /tmp
-ENTRYPOINT ["/opt/deploy/build-models.sh"]
-CMD ["tensorrt"]
+# Build into the volume and switch /models/current atomically (deploy/build_models.py).
+ENTRYPOINT ["python3", "-m", "deploy.build_models"]
+CMD ["--volume=/models", "--link=current", "--", "--target", "tensorrt", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--precision", "fp16", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--max-queue-ms", "250", "--instances", "2", "2", "2", "--preprocess-device", "cpu", "--triton-image", "nvcr.io/nvidia/tritonserver:26.08-py3"]

@@ -3,9 +3,11 @@
 #
 # Triton 26.08: at or above 25.07 (2025 HTTP-server and Python-backend
 # security fixes) and at or above 26.04, whose /v2/health/ready notices a dead Python-backend stub.
-# The healthcheck still runs a real inference, so an older pin stays safe. Build context: repo root.
+# The probes still run a real inference, so an older pin stays safe. Build context: repo root.
 ARG TRITON_RELEASE=26.08
-FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3
+# The digest of nvcr.io/nvidia/tritonserver:<release>-py3: the build fails without it (no unpinned base).
+ARG TRITON_BASE_DIGEST=
+FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3@${TRITON_BASE_DIGEST}
 
 # NGC images on Ubuntu 24.04 mark the system Python as externally managed; this image is the
 # environment, so install into it. Dependencies are baked in at build time, never at start.
@@ -14,15 +16,20 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
-RUN python3 -m pip install "numpy>=1.24,<2" "opencv-python-headless>=4.8,<4.12"
-# The generator vendors its pipeline code (ensemble_pipeline/) into the model repository, so the
-# image needs only the third-party packages above, not the project itself.
 
-COPY deploy/healthcheck.py /opt/deploy/healthcheck.py
-# The probe (and supervisor) the health check runs; standard library only.
+# The `serve` extra: what the preprocess/NMS model.py files import, plus what `generator check` (run
+# before serving) and the container's entry point need; `gpu` (CuPy, nvImageCodec) for preprocess_device=gpu.
+# No client or load-test packages.
+COPY pyproject.toml README.md /opt/project/
+COPY generator /opt/project/generator
+COPY deploy /opt/project/deploy
+RUN python3 -m pip install "/opt/project[serve]"
+
+# Standard library only: the liveness/readiness probe and the supervisor of tritonserver.
 COPY generator/server/watchdog.py /opt/deploy/watchdog.py
 RUN mkdir -p /models && chown 1000:1000 /models
 
 # triton-server (uid 1000) ships with the image; never run as root.
 USER 1000:1000
-EXPOSE 8000 8001 8002
+# HTTP and gRPC listen on loopback behind the proxy; only metrics face the container network.
+EXPOSE 8002

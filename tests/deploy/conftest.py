@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from deploy.composefile import load_compose_dir, parse_env
 from deploy.render import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, render_all, write_rendered
 from deploy.settings import Settings
 from deploy.validate import load_k8s_documents
+
+from .pod import Pod, pod_settings, running_pod
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +47,10 @@ def k8s_docs(rendered_dir: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def find_doc(docs: list[tuple[str, dict[str, Any]]], kind: str, name: str) -> dict[str, Any]:
     return next(doc for _, doc in docs if doc["kind"] == kind and doc["metadata"]["name"] == name)
+
+
+@pytest.fixture(scope="session")
+def pod() -> Iterator[Pod]:
+    """One running deployment pod (entry point, watchdog, Triton, nginx) for the tests that do not break it."""
+    with running_pod(pod_settings()) as running:
+        yield running

@@ -23,7 +23,7 @@ def test_check_reports_a_hardening_regression(tmp_path: Path, capsys: pytest.Cap
     compose.write_text(compose.read_text().replace("read_only: true\n    cap_drop", "read_only: false\n    cap_drop", 1))
     assert main(["check", "--dir", str(tmp_path), "--no-drift"]) == 1
     err = capsys.readouterr().err
-    assert "service builder: read_only must be true" in err and "1 problem(s)" in err
+    assert "service proxy: read_only must be true" in err and "1 problem(s)" in err
 
 
 def test_user_errors_print_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,4 +36,5 @@ def test_user_errors_print_one_line_and_exit_1(tmp_path: Path, capsys: pytest.Ca
 def test_show_prints_the_shm_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show"]) == 0
     out = capsys.readouterr().out
-    assert "-> 832 MiB" in out and "http_max_input_size = 34603008 B" in out
+    assert "-> 448 MiB" in out and "PREPROCESSED 1228800" in out and "head 201600" in out
+    assert "max_request_bytes (proxy body limit, --http-max-input-size) = 33620096 B" in out

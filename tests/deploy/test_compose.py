@@ -12,7 +12,7 @@ import pytest
 from deploy.checks import CHECK_SECRETS
 from deploy.composefile import interpolate, load_compose, parse_env, referenced_variables
 from deploy.errors import CheckError
-from deploy.policy import compose_violations, dockerfile_violations
+from deploy.policy import compose_text_violations, compose_violations, dockerfile_violations, env_violations
 from deploy.settings import ADMIN_API_GROUPS, Settings, release_tuple
 from deploy.validate import compose_schema_errors
 
@@ -37,17 +37,18 @@ def test_default_compose_follows_every_rule(compose: dict[str, Any], env: dict[s
 def test_every_variable_is_defined_in_env(rendered_dir: Path, env: dict[str, str]) -> None:
     used = referenced_variables((rendered_dir / "docker-compose.yml").read_text())
     assert used - set(env) == set()
-    assert {"TRITON_RELEASE", "IMAGE_TAG", "TRITON_HTTP_PORT", "TRITON_ADMIN_TOKEN"} <= used
+    assert {"TRITON_RELEASE", "IMAGE_TAG", "PROXY_GRPC_PORT", "TRITON_ADMIN_TOKEN", "TRITON_BASE_DIGEST"} <= used
 
 
 def test_compose_refuses_to_start_without_an_admin_token(rendered_dir: Path, env: dict[str, str]) -> None:
     """The committed .env has no token, so an unset token fails closed instead of serving open admin APIs."""
     assert env["TRITON_ADMIN_TOKEN"] == ""
     text = (rendered_dir / "docker-compose.yml").read_text()
+    others = {**env, **CHECK_SECRETS}
     with pytest.raises(CheckError, match="TRITON_ADMIN_TOKEN"):
-        load_compose(text, {**env, "GRAFANA_ADMIN_PASSWORD": "x"})
+        load_compose(text, {**others, "TRITON_ADMIN_TOKEN": ""})
     with pytest.raises(CheckError, match="GRAFANA_ADMIN_PASSWORD"):
-        load_compose(text, {**env, "TRITON_ADMIN_TOKEN": "x"})
+        load_compose(text, {**others, "GRAFANA_ADMIN_PASSWORD": ""})
 
 
 def test_interpolation_forms() -> None:
@@ -73,23 +74,56 @@ def test_triton_is_pinned_at_or_above_25_07_and_builder_uses_the_same_release(
     builder = (rendered_dir / "docker/builder.Dockerfile").read_text()
     assert f"ARG TRITON_RELEASE={env['TRITON_RELEASE']}\n" in triton
     assert f"ARG TRITON_RELEASE={env['TRITON_RELEASE']}\n" in builder
-    assert "FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3" in triton
-    assert "FROM nvcr.io/nvidia/tensorrt:${TRITON_RELEASE}-py3" in builder
+    assert "FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3@${TRITON_BASE_DIGEST}" in triton
+    assert "FROM nvcr.io/nvidia/tensorrt:${TRITON_RELEASE}-py3@${TENSORRT_BASE_DIGEST}" in builder
     for name in ("builder", "triton", "builder-cpu", "triton-cpu"):
         assert compose["services"][name]["build"]["args"]["TRITON_RELEASE"] == env["TRITON_RELEASE"]
-    assert dockerfile_violations(triton, "triton", "nvcr.io/nvidia/tritonserver") == []
-    assert dockerfile_violations(builder, "builder", "nvcr.io/nvidia/tensorrt") == []
+    for image in ("triton", "builder", "loadtest"):
+        assert dockerfile_violations((rendered_dir / f"docker/{image}.Dockerfile").read_text(), image, Settings()) == []
 
 
-def test_dockerfile_rules_catch_old_pins_root_and_start_time_installs() -> None:
-    old = "ARG TRITON_RELEASE=25.03\nFROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3\nUSER 1000\n"
-    assert any("older than 25.07" in p for p in dockerfile_violations(old, "x", "nvcr.io/nvidia/tritonserver"))
-    root = "ARG TRITON_RELEASE=26.08\nFROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3\nUSER root\n"
-    assert any("non-root" in p for p in dockerfile_violations(root, "x", "nvcr.io/nvidia/tritonserver"))
-    unpinned = "FROM nvcr.io/nvidia/tritonserver:latest\nUSER 1000\n"
-    assert len(dockerfile_violations(unpinned, "x", "nvcr.io/nvidia/tritonserver")) == 2
-    late = 'FROM python:3.11-slim\nUSER 1000\nCMD sh -c "pip install numpy && python app.py"\n'
-    assert any("container start" in p for p in dockerfile_violations(late, "x", None))
+_NGC = "ARG TRITON_RELEASE={release}\nARG TRITON_BASE_DIGEST={digest}\nFROM {base}\n" \
+       'RUN python3 -m pip install "/opt/project[{extra}]"\nCOPY generator/server/watchdog.py /opt/deploy/watchdog.py\n' \
+       "USER {user}\n"
+_PINNED_FROM = "nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3@${TRITON_BASE_DIGEST}"
+
+
+def _triton_dockerfile(**changes: str) -> str:
+    values = {"release": "26.08", "digest": "", "base": _PINNED_FROM, "extra": "serve", "user": "1000"}
+    return _NGC.format(**{**values, **changes})
+
+
+def test_dockerfile_rules_catch_old_pins_unpinned_bases_wrong_extras_and_root() -> None:
+    s = Settings()
+    assert dockerfile_violations(_triton_dockerfile(), "triton", s) == []
+    assert dockerfile_violations(_triton_dockerfile(digest="sha256:" + "a" * 64), "triton", s) == []
+    cases = {
+        "older than 25.07": _triton_dockerfile(release="25.03"),
+        "tag and digest": _triton_dockerfile(base="nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3"),
+        "ARG TRITON_BASE_DIGEST": _triton_dockerfile(digest="latest"),
+        "[serve] extra": _triton_dockerfile(extra="serve,loadtest"),
+        "non-root": _triton_dockerfile(user="root"),
+    }
+    for expected, text in cases.items():
+        assert any(expected in p for p in dockerfile_violations(text, "triton", s)), expected
+    late = 'ARG PYTHON_IMAGE=python:3.11\nFROM ${PYTHON_IMAGE}\nUSER 1000\nCMD sh -c "pip install numpy"\n'
+    problems = dockerfile_violations(late, "loadtest", s)
+    assert any("container start" in p for p in problems) and any("sha256" in p for p in problems)
+
+
+def test_the_ngc_digests_are_required_at_deploy_time(rendered_dir: Path, env: dict[str, str]) -> None:
+    """The committed .env cannot know NGC digests: compose refuses to build until they are set."""
+    text = (rendered_dir / "docker-compose.yml").read_text()
+    assert compose_text_violations(text) == []
+    assert env["TRITON_BASE_DIGEST"] == env["TENSORRT_BASE_DIGEST"] == ""
+    with pytest.raises(CheckError, match="TRITON_BASE_DIGEST"):
+        load_compose(text, {**env, **{k: v for k, v in CHECK_SECRETS.items() if k != "TRITON_BASE_DIGEST"}})
+    with pytest.raises(CheckError, match="TENSORRT_BASE_DIGEST"):
+        load_compose(text, {**env, **{k: v for k, v in CHECK_SECRETS.items() if k != "TENSORRT_BASE_DIGEST"}})
+    loose = text.replace("${TRITON_BASE_DIGEST:?", "${TRITON_BASE_DIGEST:-")
+    assert any("TRITON_BASE_DIGEST" in p for p in compose_text_violations(loose))
+    assert any("sha256" in p for p in env_violations({**env, "TENSORRT_BASE_DIGEST": "latest"}))
+    assert any("NGINX_IMAGE" in p for p in env_violations({**env, "NGINX_IMAGE": "nginx:1.30.5-alpine"}))
 
 
 def test_triton_flags_restrict_admin_apis_on_both_protocols(compose: dict[str, Any]) -> None:
@@ -101,29 +135,46 @@ def test_triton_flags_restrict_admin_apis_on_both_protocols(compose: dict[str, A
             assert set(groups.split(",")) == set(ADMIN_API_GROUPS)
             assert header == f"admin-key={CHECK_SECRETS['TRITON_ADMIN_TOKEN']}"
         for flag in ("--allow-sagemaker=false", "--allow-vertex-ai=false", "--model-control-mode=none",
-                     "--strict-readiness=true", "--exit-on-error=true", "--disable-auto-complete-config"):
+                     "--strict-readiness=true", "--exit-on-error=true", "--disable-auto-complete-config",
+                     "--http-address=127.0.0.1", "--grpc-address=127.0.0.1"):
             assert flag in command
 
 
-def test_only_loopback_ports_by_default(compose: dict[str, Any]) -> None:
-    published = [(n, p) for n, s in compose["services"].items() for p in s.get("ports", [])]
-    assert len(published) >= 9
-    assert {p["host_ip"] for _, p in published} == {"127.0.0.1"}
+def test_only_the_proxy_is_reachable_and_only_on_loopback_by_default(compose: dict[str, Any],
+                                                                     settings: Settings) -> None:
+    services = compose["services"]
+    for name in ("triton", "triton-cpu"):
+        assert services[name]["network_mode"] == "service:proxy" and "ports" not in services[name]
+    proxy = services["proxy"]
+    assert sorted(p["target"] for p in proxy["ports"]) == [settings.proxy_http_port, settings.proxy_grpc_port]
+    published = [p for s in services.values() for p in s.get("ports", [])]
+    assert {p["host_ip"] for p in published} == {"127.0.0.1"}
+    assert proxy["networks"]["default"]["aliases"] == ["triton"]  # Prometheus scrapes triton:8002 there
+    # An operator may publish the proxy (and only the proxy) on the network.
+    public = Settings(proxy_bind_address="0.0.0.0")
+    compose["services"]["proxy"]["ports"][0]["host_ip"] = "0.0.0.0"
+    compose["services"]["proxy"]["ports"][1]["host_ip"] = "0.0.0.0"
+    assert not [p for p in compose_violations(compose, {}, public) if "published on" in p]
+    assert [p for p in compose_violations(compose, {}, settings) if "published on" in p]
 
 
-def test_triton_health_shm_and_builder_dependency(compose: dict[str, Any], settings: Settings) -> None:
+def test_triton_entry_point_probe_grace_shm_and_builder_dependency(compose: dict[str, Any],
+                                                                   settings: Settings) -> None:
     for name, builder in (("triton", "builder"), ("triton-cpu", "builder-cpu")):
         svc = compose["services"][name]
-        assert svc["depends_on"] == {builder: {"condition": "service_completed_successfully"}}
-        test = svc["healthcheck"]["test"]
-        assert test[:3] == ["CMD", "python3", "/opt/deploy/healthcheck.py"]
-        models = test[test.index("--models") + 1].split(",")
-        assert test[test.index("--ensemble") + 1] == settings.model_name
-        assert set(models) == set(settings.composing_models)
-        assert svc["shm_size"] == "832m"
+        assert svc["depends_on"][builder] == {"condition": "service_completed_successfully"}
+        assert svc["command"][:3] == ["python3", "-m", "deploy.serve_models"]
+        assert svc["restart"] == "unless-stopped" and svc["init"] is True
+        assert svc["stop_grace_period"] == "45s"  # > watchdog grace 40 s > --exit-timeout-secs=30
+        assert "--grace-s=40" in svc["command"] and "--exit-timeout-secs=30" in svc["command"]
+        assert svc["healthcheck"]["test"] == ["CMD", "python3", "/opt/deploy/watchdog.py", "probe", "--url",
+                                              "127.0.0.1:8000", "--model", settings.model_name, "--timeout-s", "5"]
+        assert svc["shm_size"] == "448m"
+        assert svc["environment"] == {"OPENCV_IO_MAX_IMAGE_PIXELS": str(settings.max_image_pixels)}
         assert svc["ulimits"] == {"memlock": -1, "stack": 67108864}
         assert svc["user"] == "1000:1000" and svc["read_only"] is True and svc["cap_drop"] == ["ALL"]
     assert compose["services"]["builder"]["network_mode"] == "none"
+    assert compose["services"]["proxy"]["stop_signal"] == "SIGQUIT"
 
 
 def _mutate(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
@@ -144,8 +195,19 @@ _DELETE = object()
 @pytest.mark.parametrize(
     ("mutation", "expected"),
     [
-        (_mutate(("services", "triton", "ports", 1, "host_ip"), "0.0.0.0"), "not loopback"),
-        (_mutate(("services", "triton", "ports", 0), "8000:8000"), "long syntax"),
+        (_mutate(("services", "grafana", "ports", 0, "host_ip"), "0.0.0.0"), "not loopback"),
+        (_mutate(("services", "proxy", "ports", 0, "host_ip"), "0.0.0.0"), "settings say"),
+        (_mutate(("services", "prometheus", "ports", 0), "9090:9090"), "long syntax"),
+        (_mutate(("services", "triton", "ports"), [{"target": 8000, "host_ip": "127.0.0.1"}]), "network namespace"),
+        (_mutate(("services", "triton-cpu", "network_mode"), _DELETE), "network namespace"),
+        (_mutate(("services", "triton", "stop_grace_period"), "10s"), "stop_grace_period"),
+        (_mutate(("services", "triton", "restart"), "no"), "restart"),
+        (_mutate(("services", "triton", "environment"), {}), "OPENCV_IO_MAX_IMAGE_PIXELS"),
+        (_mutate(("services", "triton", "healthcheck", "test"), ["CMD", "curl", "-f", "localhost:8000"]), "probe"),
+        (_mutate(("services", "proxy", "image"), "nginx:1.30.5-alpine"), "pinned"),
+        (_mutate(("services", "grafana", "image"), "grafana/grafana:latest"), "pinned"),
+        (_mutate(("services", "proxy", "stop_signal"), "SIGTERM"), "SIGQUIT"),
+        (_mutate(("services", "proxy", "volumes", 1, "read_only"), False), "/etc/nginx/tls"),
         (_mutate(("services", "triton", "user"), "0:0"), "non-root"),
         (_mutate(("services", "prometheus", "user"), _DELETE), "non-root"),
         (_mutate(("services", "triton", "read_only"), False), "read_only"),
@@ -156,10 +218,12 @@ _DELETE = object()
         (_mutate(("services", "triton", "ulimits", "memlock"), 65536), "ulimits"),
         (_mutate(("services", "triton", "volumes", 0, "read_only"), False), "read-only"),
         (_mutate(("services", "triton", "healthcheck", "disable"), True), "healthcheck"),
-        (_mutate(("services", "triton-cpu", "healthcheck", "test", -1), "yolo_detector"), "skips composing"),
+        (_mutate(("services", "triton-cpu", "healthcheck", "test", 7), "yolo_detector"), "--model must be yolo"),
         (_mutate(("services", "triton", "depends_on", "builder", "condition"), "service_started"), "depends_on"),
         (_mutate(("services", "triton", "deploy"), _DELETE), "GPU reservation"),
-        (_mutate(("services", "builder-cpu", "command"), ["tensorrt"]), "onnxruntime"),
+        (_mutate(("services", "builder-cpu", "command", 4), "tensorrt"), "--target must be onnxruntime"),
+        (_mutate(("services", "builder", "command", 18), "999"), "--max-image-pixels"),
+        (_mutate(("services", "builder", "volumes", 0, "read_only"), True), "writable"),
         (_mutate(("services", "grafana", "profiles"), ["gpu"]), "profiles"),
     ],
 )
@@ -181,6 +245,14 @@ def test_each_rule_catches_its_regression(compose: dict[str, Any], env: dict[str
         (lambda c: [a.replace("=none", "=explicit") if a.startswith("--model-control") else a for a in c],
          "--model-control-mode=none"),
         (lambda c: [a for a in c if not a.startswith("--http-max-input-size")], "--http-max-input-size"),
+        (lambda c: [a for a in c if not a.startswith("--grpc-address")], "--grpc-address=127.0.0.1"),
+        (lambda c: [a.replace("=127.0.0.1", "=0.0.0.0") if a.startswith("--http-address") else a for a in c],
+         "--http-address=127.0.0.1"),
+        (lambda c: [a.replace("=30", "=300") if a.startswith("--exit-timeout") else a for a in c], "--exit-timeout-secs"),
+        (lambda c: [a.replace("current", "yolo") if a.startswith("--model-repository") else a for a in c],
+         "--model-repository"),
+        (lambda c: [a for a in c if not a.startswith("--grace-s")], "--grace-s"),
+        (lambda c: c[c.index("--") + 1:], "deploy.serve_models"),
     ],
 )
 def test_flag_rules_catch_their_regression(compose: dict[str, Any], env: dict[str, str], settings: Settings,
@@ -211,5 +283,38 @@ def test_locust_runs_a_user_class_the_project_locustfile_defines(compose: dict[s
     for name in ("locust-master", "locust-worker"):
         command = compose["services"][name]["command"]
         assert command[0] in classes, f"{command[0]} not in {sorted(classes)}"
-    assert "--host=grpc://triton:8001" in compose["services"]["locust-master"]["command"]
+    # Through the TLS proxy like every client, verifying its certificate.
+    assert "--host=grpcs://triton:8444" in compose["services"]["locust-master"]["command"]
+    worker = compose["services"]["locust-worker"]
+    assert worker["environment"]["LOADTEST_CA_CERT"] == "/etc/locust/ca.crt"
+    assert [v["source"] for v in worker["volumes"]] == ["./tls/tls.crt"]  # the certificate, never the key
     assert compose["services"]["locust-worker"]["deploy"]["replicas"] == 2
+
+
+def test_the_gpu_preprocess_installs_its_extra_sizes_the_cuda_pool_and_reaches_the_gpu_build(
+        tmp_path: Path) -> None:
+    """preprocess_device=gpu: the `gpu` extra where Triton runs and where `generator check` verifies it, Triton's
+    CUDA memory pool for the images between the steps, and --preprocess-device gpu for the GPU stack only."""
+    from deploy.checks import run_checks
+    from deploy.render import render_all, write_rendered
+
+    settings = Settings(preprocess_device="gpu", nms_in_graph=True)
+    rendered = render_all(settings)
+    assert '"/opt/project[serve,gpu]"' in rendered["docker/triton.Dockerfile"]
+    assert '"/opt/project[build,gpu]"' in rendered["docker/builder.Dockerfile"]
+    assert '"/opt/project[loadtest]"' in rendered["docker/loadtest.Dockerfile"]
+    write_rendered(rendered, tmp_path)
+    assert run_checks(tmp_path, settings) == []
+    services = load_compose((tmp_path / "docker-compose.yml").read_text(),
+                            {**parse_env((tmp_path / ".env").read_text()), **CHECK_SECRETS})["services"]
+    gpu, cpu = services["triton"]["command"], services["triton-cpu"]["command"]
+    assert "--cuda-memory-pool-byte-size=0:2147483648" in gpu
+    assert not [a for a in cpu if a.startswith("--cuda-memory-pool")]
+    for name, device in (("builder", "gpu"), ("builder-cpu", "cpu")):
+        command = services[name]["command"]
+        assert command[command.index("--preprocess-device") + 1] == device and "--nms-in-graph" in command
+    # The default render, checked against these settings, misses all of it.
+    write_rendered(render_all(Settings()), tmp_path)
+    problems = run_checks(tmp_path, settings, check_drift=False)
+    for expected in ("[serve,gpu]", "--cuda-memory-pool-byte-size", "--preprocess-device", "--nms-in-graph"):
+        assert any(expected in p for p in problems), expected

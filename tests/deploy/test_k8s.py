@@ -23,7 +23,7 @@ Docs = list[tuple[str, dict[str, Any]]]
 def test_manifests_validate_strictly_for_the_target_kubernetes(k8s_docs: Docs, settings: Settings) -> None:
     kinds = sorted(doc["kind"] for _, doc in k8s_docs)
     assert kinds == sorted(["Namespace", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                            "ServiceMonitor", "ConfigMap", "Service", "Job", "Job"])
+                            "ServiceMonitor", "ConfigMap", "ConfigMap", "NetworkPolicy", "Service", "Job", "Job"])
     assert k8s_schema_errors(k8s_docs, settings.kubernetes_version) == []
 
 
@@ -68,18 +68,50 @@ def test_default_manifests_follow_every_rule(k8s_docs: Docs, settings: Settings)
 
 def test_deployment_gpu_probes_shm_and_token(k8s_docs: Docs, settings: Settings) -> None:
     pod = find_doc(k8s_docs, "Deployment", "triton")["spec"]["template"]["spec"]
-    (main,) = pod["containers"]
+    main, proxy = pod["containers"]
+    assert (main["name"], proxy["name"]) == ("triton", "proxy")
     assert main["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert main["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert main["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
-    ready = main["readinessProbe"]["exec"]["command"]
-    assert set(ready[ready.index("--models") + 1].split(",")) == set(settings.composing_models)
+    probe = ["python3", "/opt/deploy/watchdog.py", "probe", "--url", "127.0.0.1:8000", "--model",
+             settings.model_name, "--timeout-s", "5"]
+    for name in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert main[name]["exec"]["command"] == probe
+    assert main["livenessProbe"]["failureThreshold"] == settings.probe_failures
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]
     assert shm == {"medium": "Memory", "sizeLimit": f"{sizing.shm_size_bytes(settings) // sizing.MIB}Mi"}
     assert main["resources"]["limits"]["memory"] == f"{sizing.pod_memory_limit_mib(settings)}Mi"
     assert any("$(TRITON_ADMIN_TOKEN)" in a for a in main["args"])
+    assert main["args"][:3] == ["python3", "-m", "deploy.serve_models"]
+    assert [p["name"] for p in main["ports"]] == ["metrics"]  # HTTP and gRPC: loopback, behind the proxy
+    assert [p["containerPort"] for p in proxy["ports"]] == [settings.proxy_http_port, settings.proxy_grpc_port]
+    assert proxy["image"] == settings.nginx_image
+    # preStop (5 s) + watchdog drain (40 s) + margin: the kubelet never cuts a drain short.
+    assert pod["terminationGracePeriodSeconds"] == 50
     (init,) = pod["initContainers"]
-    assert init["args"] == ["tensorrt"] and init["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert init["args"][:3] == ["--volume=/models", "--link=current", "--"]
+    assert init["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_network_policy_admits_the_proxy_ports_and_prometheus_only(k8s_docs: Docs, settings: Settings) -> None:
+    policy = find_doc(k8s_docs, "NetworkPolicy", "triton")
+    clients, metrics = policy["spec"]["ingress"]
+    assert "from" not in clients and [p["port"] for p in clients["ports"]] == ["https", "grpcs"]
+    assert [p["port"] for p in metrics["ports"]] == ["metrics"]
+    (peer,) = metrics["from"]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": settings.prometheus_namespace}
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    service = find_doc(k8s_docs, "Service", "triton")
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["https", "grpcs", "metrics"]
+
+
+def test_locust_goes_through_the_proxy_with_its_certificate_only(k8s_docs: Docs) -> None:
+    for job in ("locust-master", "locust-worker"):
+        pod = _pod(k8s_docs, "Job", job)
+        (container,) = pod["containers"]
+        assert {"name": "LOADTEST_CA_CERT", "value": "/etc/locust/ca.crt"} in container["env"]
+        ca = next(v for v in pod["volumes"] if v["name"] == "proxy-ca")["secret"]
+        assert ca["items"] == [{"key": "tls.crt", "path": "tls.crt"}]
+    master = _pod(k8s_docs, "Job", "locust-master")["containers"][0]
+    assert "--host=grpcs://triton.yolo-serving.svc:8444" in master["args"]
 
 
 def test_hpa_scales_on_the_metric_the_adapter_serves(k8s_docs: Docs, settings: Settings) -> None:
@@ -115,12 +147,34 @@ def _pod(docs: Docs, kind: str, name: str) -> dict[str, Any]:
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["volumeMounts"][0].pop("readOnly"),
          "/models must be mounted read-only"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0].pop("startupProbe"), "startupProbe"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["livenessProbe"].update(
+            exec={"command": ["curl", "-f", "127.0.0.1:8000/v2/health/live"]}), "livenessProbe"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["readinessProbe"].update(timeoutSeconds=1),
+         "timeoutSeconds"),
+        (lambda d: _pod(d, "Deployment", "triton").update(terminationGracePeriodSeconds=30),
+         "terminationGracePeriodSeconds"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["ports"].append(
+            {"name": "grpc", "containerPort": 8001}), "loopback only"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"].pop(1), "no proxy container"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][1].update(image="nginx:1.30.5-alpine"), "pinned"),
+        (lambda d: find_doc(d, "ConfigMap", "triton-proxy")["data"].update(
+            {"nginx.conf": find_doc(d, "ConfigMap", "triton-proxy")["data"]["nginx.conf"].replace(
+                "client_max_body_size 33620096", "client_max_body_size 0")}), "client_max_body_size"),
+        (lambda d: find_doc(d, "NetworkPolicy", "triton")["spec"]["ingress"][1].pop("from"), "only Prometheus"),
+        (lambda d: find_doc(d, "NetworkPolicy", "triton")["spec"]["ingress"][0]["ports"].append(
+            {"port": 8001, "protocol": "TCP"}), "must not be admitted"),
+        (lambda d: find_doc(d, "NetworkPolicy", "triton")["spec"]["ingress"][0].pop("ports"), "every port"),
+        (lambda d: find_doc(d, "Service", "triton")["spec"]["ports"][0].update(targetPort="http"),
+         "not Triton's HTTP/gRPC"),
+        (lambda d: _pod(d, "Deployment", "triton")["initContainers"][0]["args"].append("--output=/models/x"),
+         "--output"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu"),
          "nvidia.com/gpu"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["args"].remove("--allow-sagemaker=false"),
          "--allow-sagemaker=false"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["env"][0].update(value="plain", valueFrom={}),
          "Secret"),
+        (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["env"].pop(2), "OPENCV_IO_MAX_IMAGE_PIXELS"),
         (lambda d: _pod(d, "Deployment", "triton").pop("initContainers"), "initContainer"),
         (lambda d: find_doc(d, "HorizontalPodAutoscaler", "triton")["spec"]["metrics"][0]["pods"]["metric"].update(
             name="cpu_typo"), "served by no adapter rule"),

@@ -69,9 +69,12 @@ def test_prometheus_scrapes_triton_and_grafana_mounts_the_provisioning(rendered_
     provider = yaml.safe_load((rendered_dir / "monitoring/grafana/provisioning/dashboards/provider.yml").read_text())
     mounted = {v["target"] for v in grafana["volumes"]}
     assert provider["providers"][0]["options"]["path"] in mounted
-    # CPU and GPU Triton both answer to the alias Prometheus scrapes.
+    # CPU and GPU Triton both live in the proxy's network namespace, which answers to the alias Prometheus
+    # scrapes; Triton's metrics port listens on that namespace's interfaces.
+    assert "triton" in compose["services"]["proxy"]["networks"]["default"]["aliases"]
     for name in ("triton", "triton-cpu"):
-        assert "triton" in compose["services"][name]["networks"]["default"]["aliases"]
+        assert compose["services"][name]["network_mode"] == "service:proxy"
+        assert "--metrics-address=0.0.0.0" in compose["services"][name]["command"]
 
 
 def test_monitoring_check_flags_unknown_metrics(rendered_dir: Path, tmp_path: Path, settings: Settings) -> None:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import jinja2
@@ -9,7 +8,7 @@ import pytest
 from deploy import render
 from deploy.checks import run_checks
 from deploy.errors import RenderError
-from deploy.render import OUTPUTS, PYTHON_MODEL_REQUIREMENTS, drift, render_all, write_rendered
+from deploy.render import NGINX_CONF, OUTPUTS, drift, render_all, write_rendered
 from deploy.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +38,8 @@ def test_drift_detects_a_hand_edit(rendered_dir: Path, tmp_path: Path) -> None:
 
 def test_templates_use_strict_undefined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "env.j2").write_text("X={{ s.no_such_setting }}\n")
+    (tmp_path / "proxy").mkdir()
+    (tmp_path / "proxy" / "nginx.conf.j2").write_text("daemon off;\n")
     monkeypatch.setattr(render, "TEMPLATE_DIR", tmp_path)
     monkeypatch.setattr(render, "OUTPUTS", (render.Output(".env", "env.j2"),))
     with pytest.raises(RenderError, match="no_such_setting"):
@@ -61,9 +62,10 @@ def test_one_place_changes_every_file(tmp_path: Path) -> None:
     rendered = render_all(settings)
     text = "\n".join(rendered.values())
     assert "yolo_preprocess" not in text and "yolo_nms" not in text
+    for name in ("docker-compose.yml", "k8s/deployment.yaml"):
+        assert "--model=det" in rendered[name] and '"--model", "det"' in rendered[name]  # watchdog and probes
+        assert '"--name"\n' in rendered[name] or '- "--name"' in rendered[name]
     for model in settings.composing_models:
-        assert model in rendered["docker-compose.yml"]
-        assert model in rendered["k8s/deployment.yaml"]
         assert model in rendered["monitoring/grafana/dashboards/triton.json"]
         assert model in rendered["k8s/prometheus-adapter-rules.yaml"]
     assert "TRITON_RELEASE=25.11" in rendered[".env"]
@@ -77,30 +79,41 @@ def test_one_place_changes_every_file(tmp_path: Path) -> None:
     assert run_checks(tmp_path, settings) == []
 
 
-def test_builder_script_builds_for_the_target_with_the_settings() -> None:
+def test_builder_builds_for_each_target_with_the_settings() -> None:
+    from deploy.commands import builder_command
+
     settings = Settings()
-    script = render_all(settings)["docker/build-models.sh"]
-    assert script.startswith("#!/bin/sh\n")
-    assert "python3 -m generator check /models" in script
-    assert script.index("generator check") < script.index("generator build")  # skip when it matches
-    for flag in (f"--name {settings.model_name}", f"--max-batch {settings.max_batch}",
-                 f"--max-image-bytes {settings.max_image_bytes}", "--output /models",
-                 "--onnx /opt/detector/model.onnx"):
-        assert flag in script
-    assert "tensorrt) precision=fp16" in script and "onnxruntime) precision=fp32" in script
+    for target, precision in (("tensorrt", settings.precision), ("onnxruntime", settings.cpu_precision)):
+        command = builder_command(settings, target)
+        assert command[:3] == ["--volume=/models", "--link=current", "--"]
+        build = " ".join(command[3:])
+        for flag in (f"--target {target}", f"--name {settings.model_name}", f"--precision {precision}",
+                     f"--max-batch {settings.max_batch}", f"--max-image-bytes {settings.max_image_bytes}",
+                     f"--max-image-pixels {settings.max_image_pixels}", "--onnx /opt/detector/model.onnx"):
+            assert flag in build
+        assert "--output" not in build  # build_models chooses build-<key> inside the volume
+    assert "--version-compatible" in builder_command(Settings(version_compatible=True), "tensorrt")
+    assert "--no-reduce-head" in builder_command(Settings(reduce_head=False), "onnxruntime")
 
 
-def test_rendered_script_is_executable(tmp_path: Path) -> None:
-    write_rendered(render_all(Settings()), tmp_path)
-    assert (tmp_path / "docker" / "build-models.sh").stat().st_mode & 0o111
+def test_kubernetes_runs_the_proxy_config_the_tests_run() -> None:
+    """The ConfigMap holds deploy/proxy/nginx.conf byte for byte, and a change to it rolls the pods."""
+    import hashlib
+
+    import yaml
+
+    rendered = render_all(Settings())
+    docs = list(yaml.safe_load_all(rendered["k8s/proxy-config.yaml"]))
+    assert docs[0]["data"]["nginx.conf"] == rendered[NGINX_CONF]
+    deployment = yaml.safe_load(rendered["k8s/deployment.yaml"])
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["yolo-triton/proxy-config-sha256"] == hashlib.sha256(rendered[NGINX_CONF].encode()).hexdigest()
 
 
-def test_python_model_requirements_match_the_project_pins() -> None:
-    """The Triton image must carry the same numpy/OpenCV pins as pyproject.toml (base and the serve extra)."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    deps = project["dependencies"] + project["optional-dependencies"]["serve"]
-    by_name = {re.split(r"[<>=!~\[ ]", d, maxsplit=1)[0]: d.replace(" ", "") for d in deps}
-    for requirement in PYTHON_MODEL_REQUIREMENTS:
-        name = re.split(r"[<>=!~\[ ]", requirement, maxsplit=1)[0]
-        assert by_name.get(name) == requirement, f"{name}: pyproject has {by_name.get(name)!r}"
+def test_images_install_their_extra_and_nothing_of_the_others() -> None:
+    rendered = render_all(Settings())
+    assert '"/opt/project[serve]"' in rendered["docker/triton.Dockerfile"]
+    assert '"/opt/project[build]"' in rendered["docker/builder.Dockerfile"]
+    assert '"/opt/project[loadtest]"' in rendered["docker/loadtest.Dockerfile"]
+    assert "COPY clients" not in rendered["docker/builder.Dockerfile"]
+    assert "COPY loadtest" not in rendered["docker/triton.Dockerfile"]

@@ -33,13 +33,45 @@ def test_model_names_follow_the_generator_contract() -> None:
     assert settings.all_models == ("det", "det_preprocess", "det_detector", "det_nms")
 
 
+@pytest.mark.parametrize("name", ["yolo", "Yolo-v8", "det_2", "a" * 64])
+def test_the_model_name_rule_is_the_generators(name: str) -> None:
+    """One rule: every name `generator build --name` accepts deploys, and nothing else does."""
+    from generator.builder.options import validate_model_name
+
+    assert validate_model_name(name) == Settings(model_name=name).model_name
+
+
+def test_every_pulled_image_is_pinned_by_tag_and_digest() -> None:
+    from deploy.settings import is_pinned
+
+    settings = Settings()
+    for image in (settings.python_image, settings.nginx_image, settings.prometheus_image, settings.grafana_image):
+        assert is_pinned(image), image
+        name, _, digest = image.partition("@")
+        assert ":" in name.rsplit("/", 1)[-1] and len(digest) == len("sha256:") + 64
+    # The NGC digests are required at deploy time, never guessed: empty by default.
+    assert settings.triton_base_digest == settings.tensorrt_base_digest == ""
+    assert is_pinned("localhost:5000/vision/nginx:1.30@sha256:" + "a" * 64)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         ({"grpc_port": 8000}, "distinct"),
         ({"http_port": 80}, "unprivileged"),
         ({"bind_address": "localhost"}, "not an IP"),
-        ({"model_name": "Yolo-v8"}, "model_name"),
+        ({"bind_address": "0.0.0.0"}, "loopback"),
+        ({"proxy_bind_address": "example.com"}, "not an IP"),
+        ({"proxy_http_port": 8001}, "distinct"),
+        ({"model_name": "yolo\n"}, "model_name"),
+        ({"model_name": "9yolo"}, "model_name"),
+        ({"model_name": "a" * 65}, "model_name"),
+        ({"normalise_in": "gpu"}, "normalise_in"),
+        ({"nginx_image": "nginx:1.30.5-alpine"}, "not pinned"),
+        ({"prometheus_image": "prom/prometheus@sha256:" + "0" * 64}, "not pinned"),
+        ({"grafana_image": "grafana/grafana:12.1.0@sha256:abc"}, "not pinned"),
+        ({"triton_base_digest": "26.08"}, "sha256"),
+        ({"probe_timeout_s": 10, "probe_interval_s": 10}, "probe_timeout_s"),
         ({"hpa_min_replicas": 1, "replicas": 1}, "PodDisruptionBudget"),
         ({"run_as_uid": 0}, "non-root"),
         ({"input_size": 650}, "multiple of 32"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadtest.errors import LoadTestError
-from loadtest.target import address_of, default_metrics_url, host_of
+from loadtest.target import address_of, default_metrics_url, host_of, user_address
 
 
 @pytest.mark.parametrize(
@@ -50,3 +50,11 @@ def test_host_keeps_ipv6_brackets_and_drops_the_path():
 def test_metrics_default_to_port_8002_on_the_same_host():
     assert default_metrics_url("grpc://10.1.2.3:8001", "grpc") == "10.1.2.3:8002"
     assert default_metrics_url("[::1]:8000", "http") == "[::1]:8002"
+
+
+def test_the_locust_users_also_reach_the_tls_proxy():
+    assert user_address("grpcs://triton:8444", "grpc") == ("triton:8444", True)
+    assert user_address("https://h:8443", "http") == ("h:8443", True)
+    assert user_address("grpc://h:8001", "grpc") == ("h:8001", False)
+    with pytest.raises(LoadTestError, match="says http but"):
+        user_address("https://h:1", "grpc")

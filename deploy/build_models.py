@@ -1,0 +1,158 @@
+"""Fill the models volume for this machine and switch Triton's repository to it atomically.
+
+    python3 -m deploy.build_models --volume /models [--link current] -- GENERATOR_BUILD_FLAGS...
+
+The volume holds one directory per build, ``build-<key>``, and a symlink, ``current``, to the one Triton
+serves (``--model-repository=/models/current``). The key digests everything that decides the repository:
+the detector ONNX, the build flags and the installed generator code, so a new ONNX, new settings or a new
+builder image build a new repository instead of reusing one that ``generator check`` would still accept.
+
+1. ``build-<key>`` exists and ``generator check`` accepts it on this machine: reuse it.
+2. Otherwise ``generator build --output build-<key>``: the generator stages the repository in a sibling
+   temporary directory, which is inside the volume too, and renames it into place on the same filesystem.
+3. ``generator check build-<key>``: a repository that would not load here is never switched to.
+4. Point ``current`` at it: a new symlink renamed over the old one, one atomic ``rename(2)``.
+5. Remove builds other than the new and the previous one (a running Triton may still read the previous).
+
+A kill at any moment (container stop, OOM, node loss) leaves ``current`` on the previous complete
+repository, or on the new complete one once step 4 happened; never on a partial one. The kubelet and the
+Kubernetes AtomicWriter publish ConfigMaps the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+BUILD_PREFIX = "build-"
+KEY_CHARS = 16
+_CODE_SUFFIXES = (".py", ".j2", ".json", ".onnx", ".txt")
+
+
+class VolumeError(Exception):
+    """The volume could not be filled or switched; the message says what to do."""
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def code_digest() -> str:
+    """Digest of the installed generator package: a new builder image with changed code rebuilds."""
+    import generator
+
+    root = Path(generator.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in _CODE_SUFFIXES):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + _file_digest(path).encode() + b"\0")
+    return digest.hexdigest()
+
+
+def onnx_path(build_flags: Sequence[str]) -> Path:
+    """The ``--onnx`` the build reads; without it the generator builds its bundled demo."""
+    flags = list(build_flags)
+    if "--onnx" in flags and flags.index("--onnx") + 1 < len(flags):
+        return Path(flags[flags.index("--onnx") + 1])
+    from generator.demo import DEMO_ONNX
+
+    return Path(DEMO_ONNX)
+
+
+def build_key(build_flags: Sequence[str]) -> str:
+    """What decides the repository's content, digested: ONNX bytes, build flags, generator code."""
+    onnx = onnx_path(build_flags)
+    if not onnx.is_file():
+        raise VolumeError(f"the detector ONNX {onnx} does not exist; bake it into the builder image")
+    digest = hashlib.sha256()
+    for part in (_file_digest(onnx), "\0".join(build_flags), code_digest()):
+        digest.update(part.encode() + b"\n")
+    return digest.hexdigest()[:KEY_CHARS]
+
+
+def _generator(*args: str) -> int:
+    """Run ``python -m generator ARGS`` with its output passed through; its exit code."""
+    return subprocess.run([sys.executable, "-m", "generator", *args], check=False).returncode
+
+
+def switch_link(volume: Path, link: str, target: str) -> str | None:
+    """Point ``volume/link`` at ``target`` (relative) with one atomic rename; return the previous target."""
+    current = volume / link
+    previous = str(current.readlink()) if current.is_symlink() else None
+    if current.exists() and not current.is_symlink():
+        raise VolumeError(f"{current} exists and is not a symlink; move it away (it is not a build of this tool)")
+    staged = volume / f".{link}.tmp-{os.getpid()}"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(target)
+    staged.replace(current)  # rename(2): readers see the old link or the new one, never none
+    return previous
+
+
+def remove_stale(volume: Path, keep: set[str], link: str) -> list[str]:
+    """Remove this tool's builds and leftovers not in ``keep``; never touch anything else on the volume."""
+    import shutil
+
+    removed = []
+    for entry in volume.iterdir():
+        ours = entry.name.startswith((BUILD_PREFIX, f".{BUILD_PREFIX}", f".{link}.tmp-"))
+        if not ours or entry.name in keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry.name)
+    return removed
+
+
+def install(volume: Path, link: str, build_flags: Sequence[str]) -> Path:
+    """Steps 1-5 of the module docstring; returns the repository ``volume/link`` now points at."""
+    if not volume.is_dir():
+        raise VolumeError(f"{volume} is not a directory; mount the models volume there")
+    if any(flag == "--output" or flag.startswith("--output=") for flag in build_flags):
+        raise VolumeError("do not pass --output: the build goes to the volume's build-<key> directory")
+    name = BUILD_PREFIX + build_key(build_flags)
+    target = volume / name
+    if target.is_dir() and _generator("check", str(target)) == 0:
+        logger.info("%s already matches this machine and these settings; reusing it", target)
+    else:
+        logger.info("building the repository into %s", target)
+        if _generator("build", *build_flags, "--output", str(target)) != 0:
+            raise VolumeError(f"generator build failed; {volume / link} still points at the previous repository")
+        if _generator("check", str(target)) != 0:
+            raise VolumeError(f"generator check refused the new build {target}; {volume / link} is unchanged")
+    previous = switch_link(volume, link, name)
+    removed = remove_stale(volume, {name, previous or "", link}, link)
+    logger.info("%s -> %s (previous: %s; removed: %s)", volume / link, name, previous, ", ".join(removed) or "none")
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.build_models", description=__doc__.splitlines()[0])
+    parser.add_argument("--volume", type=Path, default=Path("/models"), help="the mounted models volume")
+    parser.add_argument("--link", default="current", help="symlink Triton's --model-repository names")
+    parser.add_argument("build_flags", nargs=argparse.REMAINDER, help="-- generator build flags")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="build_models: %(message)s", stream=sys.stderr)
+    flags = args.build_flags[1:] if args.build_flags[:1] == ["--"] else args.build_flags
+    try:
+        install(args.volume, args.link, flags)
+    except (VolumeError, OSError) as exc:
+        print(f"build_models: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

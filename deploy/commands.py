@@ -1,0 +1,141 @@
+"""The command lines the containers run, built once for compose, Kubernetes, the policy and the tests.
+
+Layout inside the containers:
+
+    /models                 the volume (compose) or emptyDir (Kubernetes) the builder fills
+    /models/current         symlink to the repository Triton serves, swapped atomically by the builder
+    /opt/deploy/watchdog.py generator/server/watchdog.py, standard library only: probe and supervisor
+    /opt/detector/model.onnx the detector baked into the builder image
+"""
+
+from __future__ import annotations
+
+from deploy import sizing
+from deploy.settings import Settings
+from generator.server.hardening import AdminAccess
+from generator.server.shutdown import StopTiming
+
+MODELS_VOLUME = "/models"
+CURRENT_LINK = "current"
+MODEL_REPOSITORY = f"{MODELS_VOLUME}/{CURRENT_LINK}"
+WATCHDOG_PATH = "/opt/deploy/watchdog.py"
+DETECTOR_ONNX_PATH = "/opt/detector/model.onnx"
+LOOPBACK = "127.0.0.1"
+# Builder targets by compose service: the GPU stack builds a TensorRT plan, the CPU stack ONNX Runtime.
+BUILD_TARGETS = {"builder": "tensorrt", "builder-cpu": "onnxruntime"}
+# The project's package extras each image installs (pyproject.toml), nothing more.
+IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("build",), "loadtest": ("loadtest",)}
+
+
+def image_extras(settings: Settings, image: str) -> tuple[str, ...]:
+    """Extras of ``image``; the GPU preprocess adds ``gpu`` where it runs and where `generator check` verifies it."""
+    gpu = ("gpu",) if settings.preprocess_device == "gpu" and image in ("triton", "builder") else ()
+    return IMAGE_EXTRAS[image] + gpu
+
+
+def stop_timing(settings: Settings) -> StopTiming:
+    """tritonserver's drain < the watchdog's grace < the container runtime's grace (shutdown.py)."""
+    return StopTiming(exit_timeout_s=settings.exit_timeout_s)
+
+
+def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
+    """The tritonserver command line shared by compose and Kubernetes.
+
+    HTTP and gRPC listen on loopback only: the TLS proxy in the same network namespace is the way in.
+    Metrics listen on every interface of the container for Prometheus. ``token`` is how the runtime
+    spells the admin token: ``${TRITON_ADMIN_TOKEN...}`` in compose, ``$(TRITON_ADMIN_TOKEN)`` in
+    Kubernetes; the value itself is never rendered.
+    """
+    restricted = AdminAccess(token=token, header=settings.admin_header, groups=settings.restricted_api_groups)
+    return [
+        "tritonserver",
+        f"--model-repository={MODEL_REPOSITORY}",
+        "--model-control-mode=none",
+        "--disable-auto-complete-config",
+        "--strict-readiness=true",
+        "--exit-on-error=true",
+        *stop_timing(settings).server_args(),
+        f"--http-address={LOOPBACK}",
+        f"--http-port={settings.http_port}",
+        f"--grpc-address={LOOPBACK}",
+        f"--grpc-port={settings.grpc_port}",
+        "--metrics-address=0.0.0.0",
+        f"--metrics-port={settings.metrics_port}",
+        f"--http-max-input-size={sizing.max_request_bytes(settings)}",
+        "--allow-sagemaker=false",
+        "--allow-vertex-ai=false",
+        *restricted.server_args(),
+        "--metrics-config=summary_latencies=true",
+        f"--allow-gpu-metrics={'true' if gpu else 'false'}",
+        *(cuda_pool_args(settings) if gpu else []),
+        "--log-verbose=0",
+    ]
+
+
+def cuda_pool_args(settings: Settings) -> list[str]:
+    """The GPU preprocess hands the detector GPU tensors: size Triton's CUDA memory pool on every GPU."""
+    if settings.preprocess_device != "gpu":
+        return []
+    size = settings.cuda_pool_mib * 1024 * 1024
+    return [f"--cuda-memory-pool-byte-size={gpu}:{size}" for gpu in range(settings.gpus_per_pod)]
+
+
+def probe_command(settings: Settings) -> list[str]:
+    """One real inference at priority 1 plus readiness: liveness, readiness and the compose healthcheck."""
+    return [
+        "python3", WATCHDOG_PATH, "probe",
+        "--url", f"{LOOPBACK}:{settings.http_port}",
+        "--model", settings.model_name,
+        "--timeout-s", str(settings.probe_timeout_s),
+    ]
+
+
+def serve_command(settings: Settings, *, gpu: bool, token: str) -> list[str]:
+    """The Triton container's command: check the repository, then run tritonserver under the watchdog."""
+    return [
+        "python3", "-m", "deploy.serve_models",
+        f"--repository={MODEL_REPOSITORY}",
+        f"--watchdog={WATCHDOG_PATH}",
+        f"--url={LOOPBACK}:{settings.http_port}",
+        f"--model={settings.model_name}",
+        f"--failures={settings.probe_failures}",
+        f"--interval-s={settings.probe_interval_s}",
+        f"--timeout-s={settings.probe_timeout_s}",
+        f"--grace-s={stop_timing(settings).watchdog_grace_s}",
+        "--",
+        *triton_args(settings, gpu=gpu, token=token),
+    ]
+
+
+def build_args(settings: Settings, target: str, onnx: str = DETECTOR_ONNX_PATH) -> list[str]:
+    """``generator build`` flags for ``target`` (the builder adds ``--output``)."""
+    precision = settings.precision if target == "tensorrt" else settings.cpu_precision
+    args = [
+        "--target", target,
+        "--onnx", onnx,
+        "--name", settings.model_name,
+        "--precision", precision,
+        "--max-batch", str(settings.max_batch),
+        "--max-detections", str(settings.max_detections),
+        "--max-image-bytes", str(settings.max_image_bytes),
+        "--max-image-pixels", str(settings.max_image_pixels),
+        "--normalise-in", settings.normalise_in,
+        "--max-queue-ms", str(settings.max_queue_ms),
+        "--instances", str(settings.python_instances), "2", str(settings.python_instances),
+        # The CPU stack always preprocesses on the CPU.
+        "--preprocess-device", settings.preprocess_device if target == "tensorrt" else "cpu",
+    ]
+    if not settings.reduce_head:
+        args.append("--no-reduce-head")
+    if settings.nms_in_graph:
+        args.append("--nms-in-graph")
+    if target == "tensorrt":
+        args += ["--triton-image", settings.triton_base_image]
+        if settings.version_compatible:
+            args.append("--version-compatible")
+    return args
+
+
+def builder_command(settings: Settings, target: str) -> list[str]:
+    """The builder container's arguments (its entry point is ``python3 -m deploy.build_models``)."""
+    return [f"--volume={MODELS_VOLUME}", f"--link={CURRENT_LINK}", "--", *build_args(settings, target)]

@@ -1,0 +1,182 @@
+"""docker-compose.yml and .env rules (the compose file as `docker compose config` would see it)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from deploy import commands, sizing
+from deploy.policy.commands import (
+    builder_command_violations,
+    grace_seconds,
+    probe_violations,
+    release_violation,
+    serve_command_violations,
+)
+from deploy.settings import Settings, is_digest, is_pinned
+
+SERVICES = {"proxy", "builder", "triton", "builder-cpu", "triton-cpu", "prometheus", "grafana",
+            "locust-master", "locust-worker"}
+TRITON_SERVICES = {"triton": "builder", "triton-cpu": "builder-cpu"}
+PULLED_SERVICES = ("proxy", "prometheus", "grafana")
+PROFILES = {
+    "proxy": ("gpu", "cpu"), "builder": ("gpu",), "triton": ("gpu",), "builder-cpu": ("cpu",),
+    "triton-cpu": ("cpu",), "prometheus": ("monitoring",), "grafana": ("monitoring",),
+    "locust-master": ("loadtest",), "locust-worker": ("loadtest",),
+}
+RESTARTING = ("unless-stopped", "on-failure", "always")
+MEMLOCK_UNLIMITED = -1
+STACK_BYTES = 67108864
+# The NGC base digests have no default: compose must refuse to build without them.
+REQUIRED_DIGESTS = ("TRITON_BASE_DIGEST", "TENSORRT_BASE_DIGEST")
+PINNED_ENV = ("PYTHON_IMAGE", "NGINX_IMAGE", "PROMETHEUS_IMAGE", "GRAFANA_IMAGE")
+
+
+def _is_loopback(host_ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(host_ip).is_loopback
+    except ValueError:
+        return False
+
+
+def _service_hardening(name: str, svc: dict[str, Any], settings: Settings) -> list[str]:
+    problems = []
+    user = str(svc.get("user", ""))
+    if not user or user.split(":")[0] in ("0", "root"):
+        problems.append(f"service {name}: user must be set and non-root, got {user!r}")
+    if svc.get("read_only") is not True:
+        problems.append(f"service {name}: read_only must be true")
+    if "ALL" not in (svc.get("cap_drop") or []) or svc.get("cap_add"):
+        problems.append(f"service {name}: cap_drop must contain ALL and cap_add must be empty")
+    if "no-new-privileges:true" not in (svc.get("security_opt") or []):
+        problems.append(f"service {name}: security_opt must contain no-new-privileges:true")
+    if svc.get("privileged") or svc.get("network_mode") == "host" or svc.get("ipc") == "host":
+        problems.append(f"service {name}: privileged, host network and host IPC are not allowed")
+    for port in svc.get("ports") or []:
+        host_ip = str(port.get("host_ip", "")) if isinstance(port, dict) else ""
+        if not isinstance(port, dict):
+            problems.append(f"service {name}: port {port!r} must use the long syntax with host_ip")
+        elif name == "proxy" and host_ip != settings.proxy_bind_address:
+            problems.append(f"service proxy: published on {host_ip!r}, settings say {settings.proxy_bind_address!r}")
+        elif name != "proxy" and not _is_loopback(host_ip):
+            problems.append(f"service {name}: port {port.get('target')} published on {host_ip!r}, not loopback")
+    return problems
+
+
+def _gpu_reserved(svc: dict[str, Any]) -> bool:
+    devices = (((svc.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
+    return any("gpu" in (d.get("capabilities") or []) for d in devices)
+
+
+def _models_mounts(svc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for v in svc.get("volumes") or [] if isinstance(v, dict) and v.get("target") == commands.MODELS_VOLUME]
+
+
+def _triton_service(name: str, svc: dict[str, Any], settings: Settings) -> list[str]:
+    where = f"service {name}"
+    problems = serve_command_violations(svc.get("command") or [], settings, where, gpu=name == "triton")
+    if "--allow-gpu-metrics=true" in (svc.get("command") or []) and name != "triton":
+        problems.append(f"{where}: GPU metrics on a CPU-only service")
+    if svc.get("network_mode") != "service:proxy" or svc.get("ports"):
+        problems.append(f"{where}: must join the proxy's network namespace (network_mode service:proxy), no ports")
+    dep = (svc.get("depends_on") or {}).get(TRITON_SERVICES[name]) if isinstance(svc.get("depends_on"), dict) else None
+    if not dep or dep.get("condition") != "service_completed_successfully":
+        problems.append(f"{where}: depends_on {TRITON_SERVICES[name]} with condition service_completed_successfully")
+    if svc.get("restart") not in RESTARTING:
+        problems.append(f"{where}: restart must be one of {RESTARTING}: the watchdog exits non-zero to be restarted")
+    grace = grace_seconds(svc.get("stop_grace_period", ""))
+    if grace != commands.stop_timing(settings).container_grace_s:
+        problems.append(f"{where}: stop_grace_period must be {commands.stop_timing(settings).container_grace_s}s "
+                        f"(longer than the watchdog's drain), got {svc.get('stop_grace_period')!r}")
+    need_mib = sizing.shm_size_bytes(settings) // sizing.MIB
+    if str(svc.get("shm_size")) != f"{need_mib}m":
+        problems.append(f"{where}: shm_size must be {need_mib}m (deploy/sizing.py), got {svc.get('shm_size')!r}")
+    ulimits = svc.get("ulimits") or {}
+    if ulimits.get("memlock") != MEMLOCK_UNLIMITED or ulimits.get("stack") != STACK_BYTES:
+        problems.append(f"{where}: ulimits must be memlock -1 and stack {STACK_BYTES}, got {ulimits}")
+    mounts = _models_mounts(svc)
+    if len(mounts) != 1 or mounts[0].get("read_only") is not True:
+        problems.append(f"{where}: {commands.MODELS_VOLUME} must be mounted once, read-only")
+    if str((svc.get("environment") or {}).get("OPENCV_IO_MAX_IMAGE_PIXELS")) != str(settings.max_image_pixels):
+        problems.append(f"{where}: OPENCV_IO_MAX_IMAGE_PIXELS must be {settings.max_image_pixels}")
+    health = svc.get("healthcheck") or {}
+    test = health.get("test") or []
+    if health.get("disable") or not test:
+        problems.append(f"{where}: healthcheck missing")
+    else:
+        problems += probe_violations(test[1:] if test[0] in ("CMD", "CMD-SHELL") else test, settings, where)
+    if (name == "triton") != _gpu_reserved(svc):
+        problems.append(f"{where}: GPU reservation must be on the GPU service only")
+    return problems
+
+
+def _proxy_service(svc: dict[str, Any], settings: Settings) -> list[str]:
+    problems = []
+    targets = {v.get("target"): v for v in svc.get("volumes") or [] if isinstance(v, dict)}
+    for target in ("/etc/nginx/nginx.conf", "/etc/nginx/tls"):
+        if (targets.get(target) or {}).get("read_only") is not True:
+            problems.append(f"service proxy: {target} must be mounted read-only")
+    if str(svc.get("stop_signal")) != "SIGQUIT":
+        problems.append("service proxy: stop_signal must be SIGQUIT (nginx's graceful stop)")
+    if grace_seconds(svc.get("stop_grace_period", "")) != commands.stop_timing(settings).container_grace_s:
+        problems.append("service proxy: stop_grace_period must match the Triton services'")
+    published = sorted(int(p.get("target", 0)) for p in svc.get("ports") or [] if isinstance(p, dict))
+    if published != sorted((settings.proxy_http_port, settings.proxy_grpc_port)):
+        problems.append(f"service proxy: must publish exactly the proxy ports, got {published}")
+    return problems
+
+
+def _builder_service(name: str, svc: dict[str, Any], settings: Settings) -> list[str]:
+    target = commands.BUILD_TARGETS[name]
+    problems = builder_command_violations(svc.get("command") or [], settings, target, f"service {name}")
+    mounts = _models_mounts(svc)
+    if len(mounts) != 1 or mounts[0].get("read_only"):
+        problems.append(f"service {name}: {commands.MODELS_VOLUME} must be mounted once, writable")
+    if (name == "builder") != _gpu_reserved(svc):
+        problems.append(f"service {name}: GPU reservation must be on the GPU builder only")
+    return problems
+
+
+def compose_violations(compose: dict[str, Any], env: dict[str, str], settings: Settings) -> list[str]:
+    """All compose rules; ``compose`` is interpolated with ``env`` (the committed .env)."""
+    services: dict[str, Any] = compose.get("services") or {}
+    problems: list[str] = []
+    if set(services) != SERVICES:
+        problems.append(f"services {sorted(services)} != {sorted(SERVICES)}")
+    for name, svc in services.items():
+        problems += _service_hardening(name, svc, settings)
+        if tuple(svc.get("profiles") or ()) != PROFILES.get(name):
+            problems.append(f"service {name}: profiles must be {list(PROFILES.get(name, ()))}")
+        if name in PULLED_SERVICES and not is_pinned(str(svc.get("image", ""))):
+            problems.append(f"service {name}: image {svc.get('image')!r} must be pinned as name:tag@sha256:<digest>")
+        if name not in PULLED_SERVICES and "build" not in svc:
+            problems.append(f"service {name}: must be built from the pinned Dockerfiles")
+    for name in TRITON_SERVICES:
+        problems += _triton_service(name, services[name], settings) if name in services else []
+    for name in commands.BUILD_TARGETS:
+        problems += _builder_service(name, services[name], settings) if name in services else []
+    if "proxy" in services:
+        problems += _proxy_service(services["proxy"], settings)
+    return problems + env_violations(env)
+
+
+def env_violations(env: dict[str, str]) -> list[str]:
+    """The committed .env: release floor, pinned images, NGC digests empty or valid, secrets empty."""
+    problems = release_violation(env.get("TRITON_RELEASE", ""), ".env TRITON_RELEASE")
+    problems += [f".env: {key} {env.get(key)!r} must be pinned as name:tag@sha256:<digest>"
+                 for key in PINNED_ENV if not is_pinned(env.get(key, ""))]
+    problems += [f".env: {key} must be empty (required at deploy time) or sha256:<64 hex>"
+                 for key in REQUIRED_DIGESTS if env.get(key, "") and not is_digest(env[key])]
+    for secret in ("TRITON_ADMIN_TOKEN", "GRAFANA_ADMIN_PASSWORD"):
+        if env.get(secret, "") != "":
+            problems.append(f".env: {secret} must stay empty in the committed file (set it in the shell)")
+    if not _is_loopback(env.get("BIND_ADDRESS", "")):
+        problems.append(f".env: BIND_ADDRESS must be loopback, got {env.get('BIND_ADDRESS')!r}")
+    return problems
+
+
+def compose_text_violations(text: str) -> list[str]:
+    """Before interpolation: the NGC base digests are required variables, so an unpinned build fails closed."""
+    return [f"docker-compose.yml: {key} must be passed as ${{{key}:?...}} (required, no default)"
+            for key in REQUIRED_DIGESTS if not re.search(r"\$\{" + key + r":\?", text)]

@@ -1,0 +1,124 @@
+"""Dockerfile rules (pinned bases, the right package extra, non-root) and the extras they install."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from deploy import commands
+from deploy.policy.commands import release_violation
+from deploy.settings import Settings, is_digest, is_pinned
+
+_USER_RE = re.compile(r"^USER\s+(\S+)", re.M)
+_FROM_RE = re.compile(r"^FROM\s+(\S+)", re.M)
+_PIP_RE = re.compile(r'pip install\s+"?/opt/project\[([a-z0-9_,-]+)\]"?')
+
+
+def _arg_default(text: str, name: str) -> list[str]:
+    return re.findall(rf"^ARG\s+{name}=(\S*)\s*$", text, re.M)
+
+
+# image -> (base repository and its digest argument, or None for the pinned PYTHON_IMAGE)
+DOCKERFILES = {
+    "triton": ("nvcr.io/nvidia/tritonserver", "TRITON_BASE_DIGEST"),
+    "builder": ("nvcr.io/nvidia/tensorrt", "TENSORRT_BASE_DIGEST"),
+    "loadtest": (None, None),
+}
+
+
+def _ngc_base(text: str, name: str, repo: str, digest_arg: str) -> list[str]:
+    problems = []
+    releases = _arg_default(text, "TRITON_RELEASE")
+    if len(releases) != 1:
+        problems.append(f"{name}: need one 'ARG TRITON_RELEASE=<yy.mm>' default, found {releases}")
+    else:
+        problems += release_violation(releases[0], name)
+    digests = _arg_default(text, digest_arg)
+    if len(digests) != 1 or (digests[0] and not is_digest(digests[0])):
+        problems.append(f"{name}: need one 'ARG {digest_arg}=' (empty: required at build time, or sha256:<64 hex>)")
+    expected = f"{repo}:${{TRITON_RELEASE}}-py3@${{{digest_arg}}}"
+    if _FROM_RE.findall(text) != [expected]:
+        problems.append(f"{name}: FROM must be exactly {expected} (tag and digest), got {_FROM_RE.findall(text)}")
+    return problems
+
+
+def _python_base(text: str, name: str) -> list[str]:
+    images = _arg_default(text, "PYTHON_IMAGE")
+    problems = []
+    if len(images) != 1 or not is_pinned(images[0]):
+        problems.append(f"{name}: 'ARG PYTHON_IMAGE=' must default to a name:tag@sha256:<digest> image, got {images}")
+    if _FROM_RE.findall(text) != ["${PYTHON_IMAGE}"]:
+        problems.append(f"{name}: FROM must be ${{PYTHON_IMAGE}}, got {_FROM_RE.findall(text)}")
+    return problems
+
+
+def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str]:
+    """Base pinned by tag and digest, the image's extras (and only those) installed, final USER non-root."""
+    repo, digest_arg = DOCKERFILES[image]
+    name = f"{image}.Dockerfile"
+    problems = _ngc_base(text, name, repo, digest_arg) if repo and digest_arg else _python_base(text, name)
+    extras = _PIP_RE.findall(text)
+    want = ",".join(commands.image_extras(settings, image))
+    if extras != [want]:
+        problems.append(f"{name}: must install exactly the project's [{want}] extras, got {extras}")
+    users = _USER_RE.findall(text)
+    if not users or users[-1].split(":")[0] in ("0", "root"):
+        problems.append(f"{name}: the final USER must be non-root, got {users[-1:] or 'none'}")
+    if re.search(r"^(ENTRYPOINT|CMD).*pip\s+install", text, re.M):
+        problems.append(f"{name}: pip install at container start; install at image build time")
+    if image == "triton" and f"COPY generator/server/watchdog.py {commands.WATCHDOG_PATH}" not in text:
+        problems.append(f"{name}: must copy generator/server/watchdog.py to {commands.WATCHDOG_PATH} (probes)")
+    if image == "builder" and 'ENTRYPOINT ["python3", "-m", "deploy.build_models"]' not in text:
+        problems.append(f"{name}: the entry point must be python3 -m deploy.build_models (atomic volume switch)")
+    return problems
+
+
+# The first opencv-python(-headless) release whose bundled libwebp (1.3.2) has the CVE-2023-4863 fix.
+OPENCV_FLOOR = (4, 8, 1, 78)
+_OPENCV = ("opencv-python-headless", "opencv-python")
+
+# Packages that must stay out of the builder image: geventhttpclient 2.0.2 (pinned by tritonclient[http] 2.51)
+# has no CPython 3.12 wheel, which the NGC images run.
+_BUILDER_FORBIDDEN = ("locust", "geventhttpclient")
+
+
+def _requirement_name(requirement: str) -> tuple[str, set[str]]:
+    match = re.match(r"\s*([A-Za-z0-9_.-]+)\s*(?:\[([^\]]*)\])?", requirement)
+    if match is None:
+        return requirement.strip().lower(), set()
+    return match.group(1).lower().replace("_", "-"), {e.strip() for e in (match.group(2) or "").split(",") if e.strip()}
+
+
+def extras_violations(pyproject: Mapping[str, Any], images: Sequence[str] = tuple(DOCKERFILES)) -> list[str]:
+    """The extras the Dockerfiles install exist, and the builder's pulls in no HTTP client or Locust."""
+    project = pyproject.get("project") or {}
+    extras = project.get("optional-dependencies") or {}
+    needed = {extra: image for image in images for extra in commands.IMAGE_EXTRAS[image]}
+    needed.setdefault("gpu", "triton")  # preprocess_device=gpu
+    problems = [f"pyproject.toml: no [{extra}] extra for the {image} image"
+                for extra, image in needed.items() if extra not in extras]
+    everywhere = [*(project.get("dependencies") or []), *(r for reqs in extras.values() for r in reqs)]
+    problems += _opencv_floor_violations(everywhere)
+    builder_reqs = [*(project.get("dependencies") or []), *extras.get("build", [])]
+    for requirement in builder_reqs:
+        name, wanted = _requirement_name(requirement)
+        if name in _BUILDER_FORBIDDEN or (name == "tritonclient" and wanted & {"http", "all"}):
+            problems.append(f"pyproject.toml: the builder image would install {requirement!r} "
+                            "(base dependencies + [build]); keep it in another extra")
+    return problems
+
+
+def _opencv_floor_violations(requirements: Sequence[str]) -> list[str]:
+    """OpenCV decodes untrusted WebP in the preprocess step: its floor must carry the libwebp fix."""
+    problems = []
+    for requirement in requirements:
+        name, _ = _requirement_name(requirement)
+        if name not in _OPENCV:
+            continue
+        floor = re.search(r">=\s*([0-9][0-9.]*)", requirement)
+        version = tuple(int(part) for part in floor.group(1).split(".")) if floor else ()
+        if version < OPENCV_FLOOR:
+            problems.append(f"pyproject.toml: {requirement!r} admits releases whose bundled libwebp has "
+                            f"CVE-2023-4863; require >={'.'.join(map(str, OPENCV_FLOOR))}")
+    return problems

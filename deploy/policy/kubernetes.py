@@ -1,0 +1,223 @@
+"""Kubernetes rules: hardened pods, the proxy sidecar as the only way in, watchdog probes, drain, autoscaling."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from deploy import commands, sizing
+from deploy.policy.commands import builder_command_violations, probe_violations, serve_command_violations
+from deploy.policy.proxy import proxy_violations
+from deploy.settings import Settings, is_pinned
+
+Docs = list[tuple[str, dict[str, Any]]]
+PROXY_CONFIGMAP = "triton-proxy"
+PROXY_CONFIG_ANNOTATION = "yolo-triton/proxy-config-sha256"
+
+
+def _pod_specs(docs: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(f"{doc['kind']}/{doc['metadata']['name']}", doc["spec"]["template"]["spec"])
+            for _, doc in docs if doc.get("kind") in ("Deployment", "Job", "StatefulSet", "DaemonSet")]
+
+
+def _container_hardening(where: str, container: dict[str, Any]) -> list[str]:
+    sc = container.get("securityContext") or {}
+    problems = []
+    if sc.get("runAsNonRoot") is not True or sc.get("runAsUser") == 0:
+        problems.append(f"{where}: runAsNonRoot must be true and runAsUser non-zero")
+    if sc.get("readOnlyRootFilesystem") is not True:
+        problems.append(f"{where}: readOnlyRootFilesystem must be true")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        problems.append(f"{where}: allowPrivilegeEscalation must be false")
+    caps = sc.get("capabilities") or {}
+    if "ALL" not in (caps.get("drop") or []) or caps.get("add"):
+        problems.append(f"{where}: capabilities must drop ALL and add none")
+    if sc.get("privileged"):
+        problems.append(f"{where}: privileged is not allowed")
+    return problems
+
+
+def _hardening(docs: Docs) -> list[str]:
+    problems = []
+    for where, pod in _pod_specs(docs):
+        if (pod.get("securityContext") or {}).get("runAsNonRoot") is not True:
+            problems.append(f"{where}: pod securityContext.runAsNonRoot must be true")
+        if pod.get("hostNetwork") or pod.get("hostIPC") or pod.get("hostPID"):
+            problems.append(f"{where}: host namespaces are not allowed")
+        for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
+            problems += _container_hardening(f"{where} container {c['name']}", c)
+    return problems
+
+
+def _probes(main: dict[str, Any], settings: Settings) -> list[str]:
+    """Startup, readiness and liveness all run the watchdog probe; liveness gives up like the supervisor."""
+    problems = []
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        spec = main.get(probe) or {}
+        command = (spec.get("exec") or {}).get("command") or []
+        problems += probe_violations(command, settings, f"Deployment/triton {probe}")
+        if int(spec.get("timeoutSeconds", 1)) <= settings.probe_timeout_s:
+            problems.append(f"Deployment/triton {probe}: timeoutSeconds must exceed the probe's own {settings.probe_timeout_s} s")
+    live = main.get("livenessProbe") or {}
+    if live.get("failureThreshold") != settings.probe_failures:
+        problems.append(f"Deployment/triton livenessProbe: failureThreshold must be {settings.probe_failures}")
+    return problems
+
+
+def _triton_container(pod: dict[str, Any], main: dict[str, Any], settings: Settings) -> list[str]:
+    problems = serve_command_violations(main.get("args") or [], settings, "Deployment/triton", gpu=True)
+    problems += _probes(main, settings)
+    limits = (main.get("resources") or {}).get("limits") or {}
+    if int(limits.get("nvidia.com/gpu", 0)) < 1:
+        problems.append("Deployment/triton: needs a nvidia.com/gpu limit")
+    ports = {p.get("containerPort") for p in main.get("ports") or []}
+    if ports & {settings.http_port, settings.grpc_port}:
+        problems.append("Deployment/triton: Triton's HTTP/gRPC ports must not be container ports (loopback only)")
+    env = {e.get("name"): e for e in main.get("env") or []}
+    if "secretKeyRef" not in ((env.get("TRITON_ADMIN_TOKEN") or {}).get("valueFrom") or {}):
+        problems.append("Deployment/triton: TRITON_ADMIN_TOKEN must come from a Secret")
+    if str((env.get("OPENCV_IO_MAX_IMAGE_PIXELS") or {}).get("value")) != str(settings.max_image_pixels):
+        problems.append(f"Deployment/triton: OPENCV_IO_MAX_IMAGE_PIXELS must be {settings.max_image_pixels}")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    mounts = {m["mountPath"]: m for m in main.get("volumeMounts") or []}
+    shm = volumes.get((mounts.get("/dev/shm") or {}).get("name", ""), {}).get("emptyDir") or {}
+    want = f"{sizing.shm_size_bytes(settings) // sizing.MIB}Mi"
+    if shm.get("medium") != "Memory" or shm.get("sizeLimit") != want:
+        problems.append(f"Deployment/triton: /dev/shm must be an emptyDir medium Memory sizeLimit {want}, got {shm}")
+    if (mounts.get(commands.MODELS_VOLUME) or {}).get("readOnly") is not True:
+        problems.append(f"Deployment/triton: {commands.MODELS_VOLUME} must be mounted read-only")
+    return problems
+
+
+def _proxy_container(pod: dict[str, Any], proxy: dict[str, Any] | None, settings: Settings) -> list[str]:
+    if proxy is None:
+        return ["Deployment/triton: no proxy container (TLS and body limits in front of Triton)"]
+    problems = []
+    if not is_pinned(str(proxy.get("image", ""))):
+        problems.append(f"Deployment/triton proxy: image {proxy.get('image')!r} must be pinned by tag and digest")
+    ports = sorted(p.get("containerPort") for p in proxy.get("ports") or [])
+    if ports != sorted((settings.proxy_http_port, settings.proxy_grpc_port)):
+        problems.append(f"Deployment/triton proxy: container ports must be the proxy ports, got {ports}")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    mounts = {m["mountPath"]: m for m in proxy.get("volumeMounts") or []}
+    config = volumes.get((mounts.get("/etc/nginx/nginx.conf") or {}).get("name", ""), {})
+    if (config.get("configMap") or {}).get("name") != PROXY_CONFIGMAP:
+        problems.append(f"Deployment/triton proxy: nginx.conf must come from the ConfigMap {PROXY_CONFIGMAP}")
+    tls = volumes.get((mounts.get("/etc/nginx/tls") or {}).get("name", ""), {})
+    if not (tls.get("secret") or {}).get("secretName"):
+        problems.append("Deployment/triton proxy: /etc/nginx/tls must come from a Secret")
+    return problems
+
+
+def _deployment(doc: dict[str, Any], by_kind: dict[str, list[dict[str, Any]]], settings: Settings) -> list[str]:
+    template = doc["spec"]["template"]
+    pod = template["spec"]
+    containers = {c["name"]: c for c in pod.get("containers") or []}
+    if "triton" not in containers:
+        return ["Deployment/triton: no container named triton"]
+    problems = _triton_container(pod, containers["triton"], settings)
+    problems += _proxy_container(pod, containers.get("proxy"), settings)
+    timing = commands.stop_timing(settings)
+    if int(pod.get("terminationGracePeriodSeconds", 30)) < timing.container_grace_s:
+        problems.append(f"Deployment/triton: terminationGracePeriodSeconds must be >= {timing.container_grace_s} "
+                        "(the watchdog's drain plus a margin)")
+    inits = pod.get("initContainers") or []
+    builders = [c for c in inits if any(m.get("mountPath") == commands.MODELS_VOLUME and not m.get("readOnly")
+                                        for m in c.get("volumeMounts") or [])]
+    if len(builders) != 1:
+        problems.append(f"Deployment/triton: one initContainer must build {commands.MODELS_VOLUME}")
+    else:
+        problems += builder_command_violations(builders[0].get("args") or [], settings, "tensorrt",
+                                               "Deployment/triton initContainer")
+    configs = [c for c in by_kind.get("ConfigMap", []) if c["metadata"]["name"] == PROXY_CONFIGMAP]
+    if len(configs) != 1:
+        return [*problems, f"k8s: need one ConfigMap {PROXY_CONFIGMAP}"]
+    conf = str((configs[0].get("data") or {}).get("nginx.conf", ""))
+    problems += proxy_violations(conf, settings, f"ConfigMap/{PROXY_CONFIGMAP}")
+    annotation = ((template.get("metadata") or {}).get("annotations") or {}).get(PROXY_CONFIG_ANNOTATION)
+    if annotation != hashlib.sha256(conf.encode()).hexdigest():
+        problems.append(f"Deployment/triton: annotation {PROXY_CONFIG_ANNOTATION} must be the ConfigMap's sha256")
+    return problems
+
+
+def _network_policy(by_kind: dict[str, list[dict[str, Any]]], settings: Settings) -> list[str]:
+    """Ingress: the proxy ports from anyone, metrics from Prometheus only, nothing else."""
+    policies = [p for p in by_kind.get("NetworkPolicy", [])
+                if (p["spec"].get("podSelector") or {}).get("matchLabels") == {"app.kubernetes.io/name": "triton"}]
+    if len(policies) != 1 or "Ingress" not in (policies[0]["spec"].get("policyTypes") or []):
+        return ["k8s: need one Ingress NetworkPolicy selecting the triton pods"]
+    problems = []
+    for rule in policies[0]["spec"].get("ingress") or []:
+        ports = {str(p.get("port")) for p in rule.get("ports") or []}
+        if not ports:
+            problems.append("NetworkPolicy/triton: a rule without ports admits every port")
+        if ports & {str(settings.http_port), str(settings.grpc_port), "http", "grpc"}:
+            problems.append("NetworkPolicy/triton: Triton's own HTTP/gRPC ports must not be admitted")
+        if "metrics" in ports or str(settings.metrics_port) in ports:
+            peers = rule.get("from") or []
+            if not peers or any(not p.get("namespaceSelector") or not p.get("podSelector") for p in peers):
+                problems.append("NetworkPolicy/triton: the metrics port must admit only Prometheus (namespace and pod)")
+        elif ports - {"https", "grpcs", str(settings.proxy_http_port), str(settings.proxy_grpc_port)}:
+            problems.append(f"NetworkPolicy/triton: unexpected ports {sorted(ports)}")
+    return problems
+
+
+def _services(by_kind: dict[str, list[dict[str, Any]]], settings: Settings) -> list[str]:
+    for service in by_kind.get("Service", []):
+        if service["metadata"]["name"] != "triton":
+            continue
+        targets = {str(p.get("targetPort")) for p in service["spec"].get("ports") or []}
+        if targets & {"http", "grpc", str(settings.http_port), str(settings.grpc_port)}:
+            return ["Service/triton: must expose the proxy's ports, not Triton's HTTP/gRPC"]
+    return []
+
+
+def k8s_violations(docs: Docs, settings: Settings) -> list[str]:
+    problems = _hardening(docs)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for _, doc in docs:
+        by_kind.setdefault(doc.get("kind", ""), []).append(doc)
+    deployments = [d for d in by_kind.get("Deployment", []) if d["metadata"]["name"] == "triton"]
+    if len(deployments) != 1:
+        return [*problems, "k8s: need exactly one Deployment named triton"]
+    problems += _deployment(deployments[0], by_kind, settings)
+    problems += _network_policy(by_kind, settings)
+    problems += _services(by_kind, settings)
+    problems += _autoscaling_violations(by_kind, settings)
+    for kind in ("PodDisruptionBudget", "ServiceMonitor"):
+        if len(by_kind.get(kind, [])) != 1:
+            problems.append(f"k8s: need one {kind}")
+    namespaces = by_kind.get("Namespace", [])
+    if not namespaces or namespaces[0]["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") != "restricted":
+        problems.append("k8s: the Namespace must enforce Pod Security 'restricted'")
+    return problems
+
+
+def _autoscaling_violations(by_kind: dict[str, list[dict[str, Any]]], settings: Settings) -> list[str]:
+    """The HPA's Pods metric must be one the prometheus-adapter rule actually serves."""
+    import yaml
+
+    hpas = by_kind.get("HorizontalPodAutoscaler", [])
+    if len(hpas) != 1:
+        return ["k8s: need one HorizontalPodAutoscaler"]
+    wanted = {m["pods"]["metric"]["name"] for m in hpas[0]["spec"].get("metrics") or [] if m.get("type") == "Pods"}
+    if not wanted:
+        return ["HorizontalPodAutoscaler/triton: needs a Pods metric (queue time)"]
+    served: set[str] = set()
+    problems = []
+    for cm in by_kind.get("ConfigMap", []):
+        if "config.yaml" not in (cm.get("data") or {}):
+            continue
+        for rule in (yaml.safe_load(cm["data"]["config.yaml"]) or {}).get("rules", []):
+            served.add(rule.get("name", {}).get("as", ""))
+            query = rule.get("metricsQuery", "")
+            if "<<.LabelMatchers>>" not in query or "<<.GroupBy>>" not in query:
+                problems.append(f"prometheus-adapter rule {rule.get('name')}: metricsQuery must use "
+                                "<<.LabelMatchers>> and <<.GroupBy>>")
+            missing = [m for m in settings.composing_models if m not in query]
+            if missing:
+                problems.append(f"prometheus-adapter rule {rule.get('name')}: queue time ignores {missing}")
+    if not wanted <= served:
+        problems.append(f"HorizontalPodAutoscaler/triton: metrics {sorted(wanted - served)} are served by no adapter rule")
+    return problems

@@ -1,0 +1,91 @@
+"""The Triton container's command: verify the repository, then serve it under the watchdog.
+
+    python3 -m deploy.serve_models --repository /models/current --watchdog /opt/deploy/watchdog.py \\
+        --url 127.0.0.1:8000 --model yolo --failures 3 --interval-s 10 --timeout-s 5 --grace-s 40 \\
+        -- tritonserver ARGS...
+
+1. ``python -m generator check REPOSITORY`` in this image: files against the manifest and, for a TensorRT
+   plan, the plan against this image's libnvinfer and GPUs. A repository that would not load stops here
+   with the check's own reason and exit code 1 (compose restarts with back-off, Kubernetes shows
+   CrashLoopBackOff and the reason in the log) instead of a server that fails at load time.
+2. The flags the repository itself needs, which the same check prints (``--server-flags``: a
+   version-compatible plan needs ``--backend-config=tensorrt,version-compatible=true``), are appended to
+   the tritonserver command.
+3. This process becomes ``watchdog.py supervise ... -- tritonserver ...`` (exec, same PID): SIGTERM drains
+   the server, N failed probes in a row stop it and exit 1, so the restart policy starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class ServeError(Exception):
+    """The repository cannot be served here; the message says why."""
+
+
+def checked_flags(repository: Path) -> list[str]:
+    """``generator check --server-flags``: the verdict and its reasons (stderr, passed through), then the
+    tritonserver flags the repository needs (stdout), from one run of the check."""
+    result = subprocess.run([sys.executable, "-m", "generator", "check", "--server-flags", str(repository)],
+                            stdout=subprocess.PIPE, text=True, check=False)
+    if result.returncode != 0:
+        raise ServeError(f"generator check refused {repository} (exit {result.returncode}); not starting Triton")
+    return result.stdout.split()
+
+
+def supervise_argv(args: argparse.Namespace, server: Sequence[str], extra_flags: Sequence[str]) -> list[str]:
+    """The watchdog's command line: probe settings, then ``--`` and the server command with its extra flags."""
+    return [
+        sys.executable, str(args.watchdog), "supervise",
+        "--url", args.url,
+        "--model", args.model,
+        "--failures", str(args.failures),
+        "--interval-s", str(args.interval_s),
+        "--timeout-s", str(args.timeout_s),
+        "--grace-s", str(args.grace_s),
+        "--",
+        *server,
+        *extra_flags,
+    ]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m deploy.serve_models", description=__doc__.splitlines()[0])
+    parser.add_argument("--repository", type=Path, required=True, help="the model repository tritonserver loads")
+    parser.add_argument("--watchdog", type=Path, required=True, help="path of watchdog.py in this image")
+    parser.add_argument("--url", required=True, help="Triton HTTP HOST:PORT the probes use")
+    parser.add_argument("--model", required=True, help="ensemble the probes run")
+    parser.add_argument("--failures", type=int, required=True, help="failed probes in a row before a restart")
+    parser.add_argument("--interval-s", type=float, required=True, help="between probes")
+    parser.add_argument("--timeout-s", type=float, required=True, help="one probe")
+    parser.add_argument("--grace-s", type=float, required=True, help="SIGTERM to SIGKILL of tritonserver")
+    parser.add_argument("server", nargs=argparse.REMAINDER, help="-- tritonserver ARGS...")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    server = args.server[1:] if args.server[:1] == ["--"] else args.server
+    try:
+        if not server:
+            raise ServeError("no server command: put it after --, e.g. -- tritonserver --model-repository=...")
+        if not args.watchdog.is_file():
+            raise ServeError(f"watchdog {args.watchdog} not found; the Triton image copies it there")
+        argv_out = supervise_argv(args, server, checked_flags(args.repository))
+    except ServeError as exc:
+        print(f"serve_models: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv_out[0], argv_out)
+    return 0  # not reached: execv replaces this process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The proxy configuration rules, and the package extras each image installs."""
+
+from __future__ import annotations
+
+import pytest
+
+from deploy.checks import read_pyproject
+from deploy.policy import extras_violations, proxy_violations
+from deploy.render import NGINX_CONF, render_all
+from deploy.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def conf() -> str:
+    return render_all(Settings())[NGINX_CONF]
+
+
+def test_rendered_proxy_config_follows_every_rule(conf: str) -> None:
+    assert proxy_violations(conf, Settings()) == []
+
+
+def test_body_limit_follows_the_build_settings() -> None:
+    settings = Settings(max_batch=2, max_image_bytes=1_000_000)
+    conf = render_all(settings)[NGINX_CONF]
+    assert "client_max_body_size 2065568;" in conf  # 2 * (1_000_000 + 16) + 64 KiB
+    assert proxy_violations(conf, settings) == []
+    assert any("client_max_body_size" in p for p in proxy_violations(conf, Settings()))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("client_max_body_size 33620096;", "client_max_body_size 0;", "client_max_body_size"),
+        ("listen 8443 ssl;", "listen 8443;", "TLS on both"),
+        ("listen 8444 ssl http2;", "listen 8444 http2;", "TLS on both"),
+        ("server 127.0.0.1:8001;", "server 10.0.0.5:8001;", "loopback"),
+        ("grpc_pass grpc://triton_grpc;", "proxy_pass http://triton_grpc;", "grpc_pass"),
+        ("ssl_protocols TLSv1.2 TLSv1.3;", "ssl_protocols TLSv1 TLSv1.2 TLSv1.3;", "TLSv1.2/TLSv1.3"),
+        ("add_header grpc-status 8 always;", "", "RESOURCE_EXHAUSTED"),
+    ],
+)
+def test_each_proxy_rule_catches_its_regression(conf: str, old: str, new: str, expected: str) -> None:
+    assert old in conf
+    problems = proxy_violations(conf.replace(old, new), Settings())
+    assert any(expected in p for p in problems), problems
+
+
+def test_comments_do_not_count_as_directives(conf: str) -> None:
+    broken = conf.replace("client_max_body_size 33620096;", "# client_max_body_size 33620096;")
+    assert any("client_max_body_size" in p for p in proxy_violations(broken, Settings()))
+
+
+def test_the_images_extras_exist_and_the_builder_installs_no_http_client_or_locust() -> None:
+    assert extras_violations(read_pyproject()) == []
+
+
+def test_extras_rule_catches_a_client_in_the_builder_image() -> None:
+    pyproject = {"project": {
+        "dependencies": ["numpy<2", "tritonclient[all]==2.51.0"],
+        "optional-dependencies": {"serve": ["opencv-python-headless"], "build": ["locust<2.19"]},
+    }}
+    problems = extras_violations(pyproject)
+    assert any("[loadtest] extra" in p for p in problems)
+    assert any("tritonclient[all]" in p for p in problems) and any("locust" in p for p in problems)
+    grpc_only = {"project": {"dependencies": ["tritonclient[grpc]==2.51.0"],
+                             "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": []}}}
+    assert extras_violations(grpc_only) == []
+
+
+def test_the_opencv_floor_carries_the_libwebp_fix() -> None:
+    def project(opencv: str) -> dict[str, object]:
+        return {"project": {"dependencies": [opencv],
+                            "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": []}}}
+
+    assert extras_violations(project("opencv-python-headless>=4.8.1.78,<4.12")) == []
+    for old in ("opencv-python-headless>=4.8,<4.12", "opencv-python-headless<4.12", "opencv-python>=4.8.0.76"):
+        assert any("CVE-2023-4863" in p for p in extras_violations(project(old))), old
