@@ -17,11 +17,19 @@ from generator.demo import DEMO_ONNX
 from generator.server.embedded import EmbeddedServer
 from generator.server.hardening import AdminAccess, admin_access
 
+_HANDED_OUT: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now and not handed out before in this session: the kernel may offer a just-closed port
+    again, and a server given the same port for two protocols refuses to start."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def fix_batch(source: Path, destination: Path, batch: int) -> Path:

@@ -35,57 +35,10 @@ def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
         target.write_bytes(content)
 
 
-def _write_into_mount(output: Path, files: Mapping[str, bytes]) -> None:
-    """A volume's mount point cannot be renamed (containers mount the repository at /models).
-
-    Stage inside it, then swap its entries by renames on the same filesystem; on failure the previous
-    entries are moved back. No server should read the repository while this runs (the compose builder
-    runs before Triton starts).
-    """
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=output))
-    backup = Path(tempfile.mkdtemp(prefix=".previous-", dir=output))
-    ours = {staging.name, backup.name}
-    moved: list[str] = []
-    placed: list[str] = []
-    try:
-        _write_files(staging, files)
-        for entry in list(output.iterdir()):
-            if entry.name not in ours and entry.name not in _KEEP:
-                entry.rename(backup / entry.name)
-                moved.append(entry.name)
-        for entry in list(staging.iterdir()):
-            entry.rename(output / entry.name)
-            placed.append(entry.name)
-    except BaseException:
-        for name in placed:
-            target = output / name
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
-        for name in moved:
-            (backup / name).rename(output / name)
-        raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(backup, ignore_errors=True)
-
-
 def write_repository(output: Path, files: Mapping[str, bytes], force: bool = False) -> None:
-    """Write ``files`` (relative path -> content) as the whole content of ``output``."""
+    """Write ``files`` (relative path -> content) as the whole content of ``output``, in one rename."""
     output = output.resolve()
-    if not _is_replaceable(output) and not force:
-        raise RepositoryWriteError(
-            f"{output} exists and was not written by this tool (no {MARKER}); "
-            "choose another --output or pass --force to replace it"
-        )
-    for relative in files:
-        parts = Path(relative).parts
-        if Path(relative).is_absolute() or ".." in parts or not parts:
-            raise RepositoryWriteError(f"refusing to write outside the repository: {relative!r}")
-    if os.path.ismount(output):
-        try:
-            _write_into_mount(output, files)
-        except OSError as exc:
-            raise RepositoryWriteError(f"cannot write {output}: {exc}") from exc
-        return
+    _check_target(output, files, force)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
@@ -94,15 +47,7 @@ def write_repository(output: Path, files: Mapping[str, bytes], force: bool = Fal
     backup = output.parent / f".{output.name}.previous"
     try:
         _write_files(staging, files)
-        if output.is_dir():
-            for name in _KEEP:
-                if (output / name).exists():
-                    shutil.copy2(output / name, staging / name)
-        if backup.exists():
-            shutil.rmtree(backup)
-        if output.exists():
-            output.rename(backup)
-        staging.rename(output)
+        _swap_in(staging, output, backup)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if backup.exists() and not output.exists():
@@ -112,3 +57,35 @@ def write_repository(output: Path, files: Mapping[str, bytes], force: bool = Fal
         raise
     if backup.exists():
         shutil.rmtree(backup) if backup.is_dir() else backup.unlink()
+
+
+def _check_target(output: Path, files: Mapping[str, bytes], force: bool) -> None:
+    if not _is_replaceable(output) and not force:
+        raise RepositoryWriteError(
+            f"{output} exists and was not written by this tool (no {MARKER}); "
+            "choose another --output or pass --force to replace it"
+        )
+    if os.path.ismount(output):
+        # A mount point cannot be renamed, and swapping its entries one by one is not atomic: a build
+        # killed half-way would leave a mix of two repositories for Triton to load.
+        raise RepositoryWriteError(
+            f"{output} is a mount point, which cannot be replaced in one step; write to a folder inside it "
+            f"(e.g. --output {output / 'repository'}) and point --model-repository there"
+        )
+    for relative in files:
+        parts = Path(relative).parts
+        if Path(relative).is_absolute() or ".." in parts or not parts:
+            raise RepositoryWriteError(f"refusing to write outside the repository: {relative!r}")
+
+
+def _swap_in(staging: Path, output: Path, backup: Path) -> None:
+    """Keep a checkout's placeholder files, move the old repository aside, rename the new one in."""
+    if output.is_dir():
+        for name in _KEEP:
+            if (output / name).exists():
+                shutil.copy2(output / name, staging / name)
+    if backup.exists():
+        shutil.rmtree(backup)
+    if output.exists():
+        output.rename(backup)
+    staging.rename(output)

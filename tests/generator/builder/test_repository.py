@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,15 @@ def test_an_unwritable_location_is_a_repository_error(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(RepositoryWriteError, match="cannot write"):
         write_repository(blocker / "repo", FIRST)
+
+
+def test_a_mount_point_is_refused_with_where_to_write_instead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    volume = tmp_path / "models"
+    volume.mkdir()
+    # Stands in for a container volume: its root cannot be renamed, so no atomic swap is possible there.
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == volume)
+    with pytest.raises(RepositoryWriteError, match=r"is a mount point.*--output .*models/repository"):
+        write_repository(volume, {"a/config.pbtxt": b"x"})
+    assert list(volume.iterdir()) == []
+    write_repository(volume / "repository", {"a/config.pbtxt": b"x"})
+    assert (volume / "repository" / "a" / "config.pbtxt").read_bytes() == b"x"
