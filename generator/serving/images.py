@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cv2
@@ -79,9 +80,12 @@ class ImageHeader:
     progressive: bool = False
 
 
-def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
-    # Walk the marker segments up to the first start-of-scan; SOFn holds the dimensions.
-    pos, size, frame = 2, len(data), None
+def jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(marker, position, length) of each marker segment up to and including the first start-of-scan.
+
+    Raises ``ImageError`` on bytes that are not a sequence of marker segments, or that end before a scan.
+    """
+    pos, size = 2, len(data)
     while pos + 4 <= size:
         if data[pos] != 0xFF:
             raise ImageError("corrupt JPEG: bad marker")
@@ -95,14 +99,28 @@ def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
         (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
         if length < 2 or pos + 2 + length > size:
             raise ImageError("truncated JPEG")
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            frame = _jpeg_frame(data, pos, length, marker)
+        yield marker, pos, length
         if marker == 0xDA:
+            return
+        pos += 2 + length
+    raise ImageError("truncated JPEG")
+
+
+def is_frame_marker(marker: int) -> bool:
+    """SOF0-SOF15, the segments that hold the dimensions (C4, C8 and CC are tables, not frames)."""
+    return 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC)
+
+
+def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
+    frame = None
+    for marker, pos, length in jpeg_segments(data):
+        if is_frame_marker(marker):
+            frame = _jpeg_frame(data, pos, length, marker)
+        elif marker == 0xDA:
             if frame is None:
                 raise ImageError("corrupt JPEG: no frame header before the image data")
             return _jpeg_scans(data, pos, length, frame, max_scans)
-        pos += 2 + length
-    raise ImageError("truncated JPEG")
+    raise ImageError("truncated JPEG")  # jpeg_segments ends with a start-of-scan or raises
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from ..images import (
     ImageLimits,
     check_header,
     decode_image,
+    is_frame_marker,
+    jpeg_segments,
     reduction_factor,
 )
 from ..letterbox import FILL_VALUE, PARAMS_LEN, Letterbox, letterbox_geometry, letterbox_into
@@ -28,6 +30,8 @@ __all__ = [
     "Letterbox",
     "check_header",
     "decode_image",
+    "is_frame_marker",
+    "jpeg_segments",
     "letterbox_geometry",
     "letterbox_into",
     "reduction_factor",

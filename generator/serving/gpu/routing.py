@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ._cpu import ImageHeader
+from ._cpu import ImageError, ImageHeader, is_frame_marker, jpeg_segments
 
 # SOF0 baseline, SOF1 extended sequential, SOF2 progressive: Huffman-coded, what nvJPEG decodes.
 _GPU_FRAMES = (0xC0, 0xC1, 0xC2)
@@ -52,44 +52,31 @@ def _exif_orientation(payload: bytes) -> int:
 
 
 def jpeg_frame(data: bytes) -> JpegFrame | None:
-    """Walk the marker segments up to the first start-of-scan; ``None`` when they do not parse."""
-    pos, size = 2, len(data)
+    """Read the segments up to the first start-of-scan; ``None`` when they do not parse."""
     marker_of_frame: int | None = None
     precision = components = 0
     ids: tuple[int, ...] = ()
     adobe: int | None = None
     orientation = 1
     seen_exif = False
-    while pos + 4 <= size:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            pos += 2
-            continue
-        (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
-        if length < 2 or pos + 2 + length > size:
-            return None
-        payload = data[pos + 4 : pos + 2 + length]
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if len(payload) < 6:
-                return None
-            marker_of_frame, precision, components = marker, payload[0], payload[5]
-            ids = tuple(payload[6 + 3 * i] for i in range(components) if 6 + 3 * i < len(payload))
-        elif marker == 0xE1 and payload[:6] == b"Exif\x00\x00" and not seen_exif:
-            seen_exif = True  # like libjpeg-based readers, the first EXIF block counts
-            orientation = _exif_orientation(payload)
-        elif marker == 0xEE and payload[:5] == b"Adobe" and len(payload) >= 12:
-            adobe = payload[11]
-        elif marker == 0xDA:
-            if marker_of_frame is None:
-                return None
-            return JpegFrame(marker_of_frame, precision, components, ids, adobe, orientation)
-        pos += 2 + length
-    return None
+    try:
+        for marker, pos, length in jpeg_segments(data):
+            payload = data[pos + 4 : pos + 2 + length]
+            if is_frame_marker(marker):
+                if len(payload) < 6:
+                    return None
+                marker_of_frame, precision, components = marker, payload[0], payload[5]
+                ids = tuple(payload[6 + 3 * i] for i in range(components) if 6 + 3 * i < len(payload))
+            elif marker == 0xE1 and payload[:6] == b"Exif\x00\x00" and not seen_exif:
+                seen_exif = True  # like libjpeg-based readers, the first EXIF block counts
+                orientation = _exif_orientation(payload)
+            elif marker == 0xEE and payload[:5] == b"Adobe" and len(payload) >= 12:
+                adobe = payload[11]
+    except ImageError:
+        return None
+    if marker_of_frame is None:
+        return None
+    return JpegFrame(marker_of_frame, precision, components, ids, adobe, orientation)
 
 
 def gpu_decodable(header: ImageHeader, data: bytes, frame: JpegFrame | None = None) -> bool:
