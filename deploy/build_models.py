@@ -30,6 +30,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from generator.builder.manifest import sha256_file
+
 logger = logging.getLogger(__name__)
 
 BUILD_PREFIX = "build-"
@@ -41,14 +43,6 @@ class VolumeError(Exception):
     """The volume could not be filled or switched; the message says what to do."""
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def code_digest() -> str:
     """Digest of the installed generator package: a new builder image with changed code rebuilds."""
     import generator
@@ -56,7 +50,7 @@ def code_digest() -> str:
     root = Path(generator.__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in _CODE_SUFFIXES):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + _file_digest(path).encode() + b"\0")
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + sha256_file(path).encode() + b"\0")
     return digest.hexdigest()
 
 
@@ -76,7 +70,7 @@ def build_key(build_flags: Sequence[str]) -> str:
     if not onnx.is_file():
         raise VolumeError(f"the detector ONNX {onnx} does not exist; bake it into the builder image")
     digest = hashlib.sha256()
-    for part in (_file_digest(onnx), "\0".join(build_flags), code_digest()):
+    for part in (sha256_file(onnx), "\0".join(build_flags), code_digest()):
         digest.update(part.encode() + b"\n")
     return digest.hexdigest()[:KEY_CHARS]
 

@@ -33,6 +33,20 @@ class Letterbox:
     source_width: int
     source_height: int
 
+    @classmethod
+    def placed(cls, ratio: float, left: int, top: int, decoded: tuple[int, int], source: tuple[int, int]
+               ) -> Letterbox:
+        """An image decoded at ``decoded`` = (w, h), resized by ``ratio`` and placed at (left, top); gains
+        refer to the ``source`` = (w, h) pixels, which differ from the decoded ones after a reduced decode."""
+        return cls(
+            pad_x=float(left),
+            pad_y=float(top),
+            gain_x=ratio * decoded[0] / source[0],
+            gain_y=ratio * decoded[1] / source[1],
+            source_width=source[0],
+            source_height=source[1],
+        )
+
     def as_array(self) -> np.ndarray:
         return np.array(
             [self.pad_x, self.pad_y, self.gain_x, self.gain_y, self.source_width, self.source_height],
@@ -69,15 +83,7 @@ def letterbox_into(
     else:
         # cv2 cannot resize into a strided view, so copy the (small) result in.
         region[...] = cv2.resize(image, (resized_w, resized_h), interpolation=cv2.INTER_LINEAR)
-    source_w, source_h = source_size if source_size is not None else (width, height)
-    return Letterbox(
-        pad_x=float(left),
-        pad_y=float(top),
-        gain_x=ratio * width / source_w,
-        gain_y=ratio * height / source_h,
-        source_width=source_w,
-        source_height=source_h,
-    )
+    return Letterbox.placed(ratio, left, top, (width, height), source_size or (width, height))
 
 
 def letterbox(image: np.ndarray, target: tuple[int, int]) -> tuple[np.ndarray, Letterbox]:

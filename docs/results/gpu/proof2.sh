@@ -11,8 +11,8 @@ t0=$(date +%s)
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$@"; }
 [ -d /tmp/site/nvidia/nvimgcodec ] || pipi /tmp/site "$G"/whl/*.whl || exit 3
 [ -d /tmp/np126/numpy ] || pipi /tmp/np126 "$G"/np126/*.whl || exit 3
-T=/tmp/tdecache/tritonserver-2.51.0-py3.12/tritonserver/bin/tritonserver
-[ -x "$T" ] || { mkdir -p /tmp/tdecache && tar -xJf "$G"/triton/tritonserver-2.51.0-py3.12.tar.xz -C /tmp/tdecache; } || exit 3
+T=/tmp/triton-cache/tritonserver-2.51.0-py3.12/tritonserver/bin/tritonserver
+[ -x "$T" ] || { mkdir -p /tmp/triton-cache && tar -xJf "$G"/triton/tritonserver-2.51.0-py3.12.tar.xz -C /tmp/triton-cache; } || exit 3
 # The embedded stub ignores PYTHONPATH: a .pth in the venv prepends TDE_STUB_PYTHONPATH where it is set.
 SP=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo 'import os, sys; sys.path[0:0] = [p for p in os.environ.get("TDE_STUB_PYTHONPATH", "").split(os.pathsep) if p]' \
@@ -21,7 +21,7 @@ echo 'import os, sys; sys.path[0:0] = [p for p in os.environ.get("TDE_STUB_PYTHO
 mkdir -p /tmp/noscipy/scipy && echo 'raise ImportError("SciPy hidden: the one here needs numpy 2")' > /tmp/noscipy/scipy/__init__.py
 echo "setup took $(( $(date +%s) - t0 )) s"
 STUB=/tmp/noscipy:/tmp/np126:/tmp/stub:/tmp/site
-export TRITON_DETECTION_CACHE=/tmp/tdecache PYTHONUNBUFFERED=1
+export TRITON_DETECTION_CACHE=/tmp/triton-cache PYTHONUNBUFFERED=1
 cd "$G/src"
 python3 -m loadtest.gpu_proof --out "$OUT" --repos "$G/repos" --stub-pythonpath "$STUB" --seconds 3 2>&1 \
   | tee "$OUT/proof.log" | grep -v "^I1\|^W1"

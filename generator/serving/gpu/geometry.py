@@ -122,14 +122,7 @@ def plan_image(source_width: int, source_height: int, target: tuple[int, int], f
         raise ValueError(f"reduction factor must be 1, 2, 4 or 8, not {factor}")
     width, height = reduced_size(source_width, source_height, factor)
     ratio, resized_w, resized_h, left, top = letterbox_geometry(height, width, target)
-    letterbox = Letterbox(
-        pad_x=float(left),
-        pad_y=float(top),
-        gain_x=ratio * width / source_width,
-        gain_y=ratio * height / source_height,
-        source_width=source_width,
-        source_height=source_height,
-    )
+    letterbox = Letterbox.placed(ratio, left, top, (width, height), (source_width, source_height))
     return ImagePlan(source_width, source_height, factor, width, height, resized_w, resized_h, left, top, letterbox)
 
 
