@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.errors import SettingsError
-from generator.builder.options import SpecError, validate_model_name
+from generator.builder.spec.options import SpecError, validate_model_name
 
 # The admin API groups restricted on both protocols: one list, also used by `python -m generator serve`.
 from generator.server.hardening import ADMIN_API_GROUPS

@@ -36,7 +36,7 @@ def test_model_names_follow_the_generator_contract() -> None:
 @pytest.mark.parametrize("name", ["yolo", "Yolo-v8", "det_2", "a" * 64])
 def test_the_model_name_rule_is_the_generators(name: str) -> None:
     """One rule: every name `generator build --name` accepts deploys, and nothing else does."""
-    from generator.builder.options import validate_model_name
+    from generator.builder.spec.options import validate_model_name
 
     assert validate_model_name(name) == Settings(model_name=name).model_name
 
