@@ -19,6 +19,7 @@ from generator.errors import ServerError
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer
 from generator.server.hardening import AdminAccess, admin_access
 from generator.server.shutdown import EXIT_TIMEOUT_S
+from generator.server.tracing import DEFAULT_RATE, TraceSettings, TraceSettingsError
 from generator.server.watchdog import Supervisor, WatchdogError, WatchPolicy
 from generator.serving.contract import ADMIN_TOKEN_ENV, GRPC_HEADER_PREFIX
 
@@ -40,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe-timeout-s", type=float, default=5.0, help="seconds one probe may take")
     parser.add_argument("--restart-grace-s", type=float, default=5.0,
                         help="seconds an unhealthy server gets after SIGTERM before it is killed and restarted")
+    parser.add_argument("--trace-otlp", metavar="URL",
+                        help="send OpenTelemetry traces to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318/v1/traces); "
+                             "requests carrying a W3C traceparent are always traced")
+    parser.add_argument("--trace-rate", type=int, default=DEFAULT_RATE,
+                        help="with --trace-otlp: trace every N-th request that carries no trace context; "
+                             "0: only requests that do")
 
 
 def find_ensembles(repositories: list[Path]) -> list[str]:
@@ -76,6 +83,18 @@ def _announce(server: EmbeddedServer, admin: AdminAccess, start: int) -> None:
     print("Press Ctrl-C to stop.", flush=True)
 
 
+def trace_args(args: argparse.Namespace) -> list[str]:
+    """Triton's OpenTelemetry flags for ``--trace-otlp`` (none without it)."""
+    if args.trace_otlp is None:
+        if args.trace_rate != DEFAULT_RATE:
+            raise ServerError("--trace-rate needs --trace-otlp URL (where the traces go)")
+        return []
+    try:
+        return TraceSettings(args.trace_otlp, rate=args.trace_rate).server_args()
+    except TraceSettingsError as exc:
+        raise ServerError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     repositories: list[Path] = args.model_repository or [Path("model_repository")]
     missing = [str(r) for r in repositories if not r.is_dir()]
@@ -86,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     admin = admin_access()
     server = EmbeddedServer(
         repositories[0], args.http_port, args.grpc_port, args.metrics_port,
-        extra_args=tuple(f"--model-repository={r.resolve()}" for r in repositories[1:]),
+        extra_args=(*(f"--model-repository={r.resolve()}" for r in repositories[1:]), *trace_args(args)),
         admin=admin, exit_timeout_s=args.drain_timeout_s,
     )
     try:
