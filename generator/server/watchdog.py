@@ -223,6 +223,7 @@ class WatchdogMetrics:
         self.failed_probes = 0
         self.starts = 0
         self.healthy = False
+        self.started_at = time.time()
         if state_file is not None and state_file.is_file():
             try:
                 saved = json.loads(state_file.read_text())
@@ -269,6 +270,10 @@ class WatchdogMetrics:
                 "# HELP triton_watchdog_healthy 1 while the last probe of the running server passed",
                 "# TYPE triton_watchdog_healthy gauge",
                 f"triton_watchdog_healthy {int(self.healthy)}",
+                "# HELP triton_watchdog_start_time_seconds When this watchdog process started (a new value: its "
+                "container restarted)",
+                "# TYPE triton_watchdog_start_time_seconds gauge",
+                f"triton_watchdog_start_time_seconds {self.started_at:.3f}",
             ]
         return "\n".join(lines) + "\n"
 
