@@ -30,7 +30,7 @@ COORDINATE_LIMIT = 1e5
 
 @dataclass(frozen=True)
 class Detections:
-    """Padded batch outputs in the ensemble's contract (see DESIGN.md, Ensemble I/O)."""
+    """Padded batch outputs in the ensemble's contract (contract.py; README, "The ensemble contract")."""
 
     num_detections: np.ndarray  # int32 [N, 1]
     boxes: np.ndarray  # float32 [N, max_det, 4], x1 y1 x2 y2 in source pixels

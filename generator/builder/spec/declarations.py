@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, Union
@@ -233,15 +233,37 @@ def _flag_words(item: Declared, value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, tuple):
-        return [d.flag, *map(str, value)]
-    return [d.flag, str(value)]
+        return [d.flag, *map(_word, value)]
+    return [d.flag, _word(value)]
 
 
-def to_flags(instance: Any) -> list[str]:
-    """The command-line words that recreate ``instance`` from the defaults (non-default options only)."""
+def _word(value: Any) -> str:
+    """A value as a user would type it: 250, not 250.0."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def to_flags(instance: Any, always: Collection[str] = ()) -> list[str]:
+    """The command-line words that recreate ``instance`` from the defaults: non-default options, plus the
+    dotted option paths in ``always`` even at their defaults (a deployment spells out what it decided)."""
+    unknown = set(always) - {".".join(item.path) for item in declared(type(instance))}
+    if unknown:
+        raise ValueError(f"not declared options of {type(instance).__name__}: {', '.join(sorted(unknown))}")
     words: list[str] = []
     for item in declared(type(instance)):
         value = _get(instance, item.path)
-        if value != item.default:
+        if value != item.default or ".".join(item.path) in always:
             words += _flag_words(item, value)
     return words
+
+
+def from_argv(cls: type[T], argv: Sequence[str], error: type[Exception]) -> T:
+    """Parse option flags (and only those) into ``cls``: how a command line written elsewhere is read back."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    add_arguments(parser, cls)
+    try:
+        args, extra = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError as exc:
+        raise error(str(exc)) from exc
+    if extra:
+        raise error(f"not build options: {' '.join(extra)}")
+    return from_args(cls, args)

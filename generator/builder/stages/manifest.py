@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from generator import __version__
 from generator.builder.stages.tensorrt.availability import MachineFacts
@@ -205,13 +205,16 @@ class Manifest:
             ) from exc
 
 
+# Why a repository differs from its build or will not load here; a Literal, so the list cannot drift from the code.
+MismatchKind = Literal["file_changed", "file_missing", "file_added", "plan_pending", "tensorrt_missing",
+                       "tensorrt_version", "gpu_missing", "compute_capability", "cuda_version", "gpu_preprocess"]
+
+
 @dataclass(frozen=True)
 class Mismatch:
     """One reason the repository differs from its build or will not load here."""
 
-    # file_changed | file_missing | file_added | plan_pending | tensorrt_missing | tensorrt_version |
-    # gpu_missing | compute_capability | cuda_version
-    kind: str
+    kind: MismatchKind
     subject: str
     message: str
 
