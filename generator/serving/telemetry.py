@@ -12,6 +12,7 @@ value, which would mean one round trip per detection.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
@@ -52,8 +53,14 @@ def bucket_label(bound: float) -> str:
 
 def histogram_series(name: str, bounds: Sequence[float]) -> list[Series]:
     """Every series of a histogram: one bucket per bound plus +Inf, then the sum and the count."""
+    return list(_histogram_layout(name, tuple(bounds))[0])
+
+
+@functools.lru_cache(maxsize=16)
+def _histogram_layout(name: str, bounds: tuple[float, ...]) -> tuple[tuple[Series, ...], np.ndarray]:
+    """The series of a histogram and its bounds as an array, made once: formatting them costs more than counting."""
     buckets = [(f"{name}_bucket", (("le", bucket_label(b)),)) for b in (*bounds, float("inf"))]
-    return [*buckets, (f"{name}_sum", ()), (f"{name}_count", ())]
+    return (*buckets, (f"{name}_sum", ()), (f"{name}_count", ())), np.asarray(bounds, dtype=np.float64)
 
 
 def family_help(name: str) -> str:
@@ -67,11 +74,9 @@ def family_help(name: str) -> str:
 def histogram_counts(name: str, values: np.ndarray, bounds: Sequence[float]) -> Counts:
     """Increments of a histogram's series for ``values``: cumulative buckets (``value <= le``), sum, count."""
     values = np.asarray(values, dtype=np.float64).reshape(-1)
-    edges = np.asarray(bounds, dtype=np.float64)
+    series, edges = _histogram_layout(name, tuple(bounds))
     per_bucket = np.bincount(np.searchsorted(edges, values, side="left"), minlength=len(edges) + 1)
-    cumulative = np.cumsum(per_bucket)
-    series = histogram_series(name, bounds)
-    counts = {key: float(c) for key, c in zip(series[:-2], cumulative, strict=True)}
+    counts: Counts = {key: float(c) for key, c in zip(series[:-2], np.cumsum(per_bucket).tolist(), strict=True)}
     counts[series[-2]] = float(values.sum())
     counts[series[-1]] = float(len(values))
     return counts
