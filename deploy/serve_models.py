@@ -49,7 +49,8 @@ def supervise_argv(args: argparse.Namespace, server: Sequence[str], extra_flags:
         "--interval-s", str(args.interval_s),
         "--timeout-s", str(args.timeout_s),
         "--grace-s", str(args.grace_s),
-        *(["--metrics-port", str(args.watchdog_metrics_port)] if args.watchdog_metrics_port else []),
+        *(["--metrics-port", str(args.watchdog_metrics_port), "--metrics-address", args.watchdog_metrics_address]
+          if args.watchdog_metrics_port else []),
         *(["--state-file", str(args.watchdog_state)] if args.watchdog_state else []),
         "--",
         *server,
@@ -69,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace-s", type=float, required=True, help="SIGTERM to SIGKILL of tritonserver")
     parser.add_argument("--watchdog-metrics-port", type=int, default=0,
                         help="the watchdog's Prometheus endpoint (restarts by reason); 0: off")
+    parser.add_argument("--watchdog-metrics-address", default="0.0.0.0",
+                        help="address of the watchdog's endpoint (every interface of the container, like Triton's metrics)")
     parser.add_argument("--watchdog-state", type=Path, help="file that keeps the watchdog's counters across restarts")
     parser.add_argument("server", nargs=argparse.REMAINDER, help="-- tritonserver ARGS...")
     return parser

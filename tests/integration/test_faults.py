@@ -134,6 +134,10 @@ def stub_restarts(serve: ServeProcess) -> float:
     return sum(metrics[f"triton_watchdog_restarts_total{{reason={r}}}"] for r in ("stub_exited", "dead_stub"))
 
 
+def all_restarts(serve: ServeProcess) -> float:
+    return sum(v for k, v in serve.watchdog_metrics().items() if k.startswith("triton_watchdog_restarts_total"))
+
+
 def assert_clean(outcomes: list[Outcome]) -> None:
     """Every request ended with a result or one of our errors, and none outlived its deadline."""
     longest = max(o.end - o.start for o in outcomes)
@@ -174,6 +178,7 @@ def test_killed_server_is_restarted_and_clients_reconnect(healing: ServeProcess,
             killed.wait(60)
             return before, len(client.detect(image))
 
+    restarts_before = all_restarts(healing)
     with ThreadPoolExecutor(len(urls)) as pool:
         answers = [pool.submit(before_and_after, url) for url in urls]
         served_once.wait(60)
@@ -184,7 +189,8 @@ def test_killed_server_is_restarted_and_clients_reconnect(healing: ServeProcess,
         counts = [answer.result() for answer in answers]
     elapsed = time.monotonic() - start
     healing.wait_for(r"^Triton restarted", 10, after=mark)
-    assert healing.watchdog_metrics()["triton_watchdog_restarts_total{reason=server_exited}"] >= 1
+    # Counted under the check that saw it first: the exit, a vanished stub, or a probe meeting a dead port.
+    assert all_restarts(healing) >= restarts_before + 1
     print(f"\ntritonserver killed: both clients answered again after {elapsed:.1f} s")
     assert all(before == after > 0 for before, after in counts)
 
