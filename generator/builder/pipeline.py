@@ -34,6 +34,7 @@ from generator.builder.repository import write_repository
 from generator.builder.service_time import ServiceTime, measure_service_time
 from generator.demo import DEMO_ONNX
 from generator.serving.contract import GRAPH_NMS_LAYOUT
+from generator.serving.gpu.environment import detector_record
 from generator.serving.gpu.environment import record as preprocess_record
 
 logger = logging.getLogger(__name__)
@@ -180,6 +181,7 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
                 "normalise_in": options.normalise_in,
                 "reduced_decode": options.reduced_decode,
                 "nms_in_graph": options.nms_in_graph,
+                **detector_record(options.detector_device, options.target == "embedded"),
             },
             "preprocess": preprocess_record(options.preprocess_device),
             "precision_facts": precision_facts,
