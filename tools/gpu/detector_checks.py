@@ -80,10 +80,11 @@ def compare(ref: dict[str, Any], served: dict[str, np.ndarray]) -> dict[str, Any
             "min_iou": round(worst_iou, 4)}
 
 
-def detections(client: TritonHttp, named: dict[str, bytes], reference: dict[str, Any]) -> dict[str, Any]:
+def detections(client: TritonHttp, named: dict[str, bytes], reference: dict[str, Any],
+               names: Sequence[str]) -> dict[str, Any]:
     """Every ensemble on every image, one image per request, against the CPU path's detections."""
     result: dict[str, Any] = {}
-    for name in CASES:
+    for name in names:
         totals: dict[str, Any] = {"images": 0, "ref_boxes": 0, "served_boxes": 0, "matched": 0,
                                   "max_score_diff": 0.0, "min_iou": 1.0, "errors": []}
         rows = {}
@@ -112,6 +113,7 @@ def infer_tensor(client: TritonHttp, model: str, name: str, array: np.ndarray,
         "inputs": [{"name": name, "shape": list(array.shape), "datatype": "UINT8",
                     "parameters": {"binary_data_size": len(payload)}}],
         **({"outputs": [{"name": o, "parameters": {"binary_data": True}} for o in outputs]} if outputs else {}),
+        "parameters": {"binary_data_output": True},  # every output as raw bytes, not JSON numbers
     }).encode()
     status, data, headers = client.request("POST", f"/v2/models/{model}/infer", header + payload, {
         "Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))})
@@ -141,12 +143,12 @@ def head_row(served: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
 
 
 def heads(client: TritonHttp, named: dict[str, bytes], reference: dict[str, Any],
-          kept: dict[str, np.ndarray]) -> dict[str, Any]:
+          kept: dict[str, np.ndarray], names: Sequence[str]) -> dict[str, Any]:
     """Each detector's whole head on the CPU-preprocessed first scenes, against the head the CPU provider gave."""
     from generator.serving.batch import prepare_batch
 
     result: dict[str, Any] = {}
-    for name in CASES:
+    for name in names:
         if CASES[name].options.get("nms_in_graph"):
             continue
         rows = {}
@@ -201,6 +203,14 @@ def _mixed(url: str, name: str, bad: list[bytes], good: bytes) -> dict[str, int]
     with ThreadPoolExecutor(len(mixed)) as pool:
         ok = list(pool.map(one, mixed))
     return {"good_sent": len(mixed) // 2, "good_ok": sum(ok[1::2]), "bad_failed": sum(not o for o in ok[0::2])}
+
+
+def models_ready(client: TritonHttp) -> dict[str, str]:
+    """Every model's state (the server keeps serving the others when one fails to load)."""
+    status, data, _ = client.request("POST", "/v2/repository/index", b"{}")
+    if status != 200:
+        return {"error": f"HTTP {status}"}
+    return {m["name"]: m.get("state", "?") + (f": {m['reason']}" if m.get("reason") else "") for m in json.loads(data)}
 
 
 def log_lines(log: Path, needles: Sequence[str] = ("detector: CUDA provider", "error", "Error", "failed")) -> list[str]:

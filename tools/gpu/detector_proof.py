@@ -55,7 +55,7 @@ def graph_folder(repos: Path, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for label, case in GRAPHS.items():
         link = folder / f"{label}.onnx"
-        if not link.exists():
+        if (repos / case).is_dir() and not link.exists():
             link.symlink_to((repos / case / f"{case}_detector" / "1" / "model.onnx").resolve())
     return folder
 
@@ -76,8 +76,10 @@ def serve(repos: Path, out: Path, stub_pythonpath: str) -> Any:
     os.environ["PYTHONPATH"] = os.environ["TDE_STUB_PYTHONPATH"] = stub_pythonpath
     folders = sorted(p for p in repos.iterdir() if p.is_dir())
     extra = tuple(f"--model-repository={p.resolve()}" for p in folders[1:])
+    # A model that fails to load must not take the others with it: the failure is a finding of its own.
+    lenient = ("--exit-on-error=false", "--strict-readiness=false")
     server = EmbeddedServer(folders[0], free_port(), free_port(), free_port(), log_file=out / "server.log",
-                            extra_args=(*extra, f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"))
+                            extra_args=(*extra, *lenient, f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"))
     try:
         server.start()
         server.wait_ready(timeout_s=300)
@@ -87,11 +89,20 @@ def serve(repos: Path, out: Path, stub_pythonpath: str) -> Any:
     return server
 
 
-def detector_configs(client: TritonHttp) -> dict[str, Any]:
-    return {name: {"instance_group": client.json(f"/v2/models/{name}_detector/config")["instance_group"],
-                   "parameters": {k: v["string_value"] for k, v in
-                                  client.json(f"/v2/models/{name}_detector/config").get("parameters", {}).items()}}
-            for name in CASES}
+def detector_configs(client: TritonHttp, names: Sequence[str]) -> dict[str, Any]:
+    """Each detector's instance groups and parameters as the server loaded them."""
+    from loadtest.gpu_http import InferError
+
+    result: dict[str, Any] = {}
+    for name in names:
+        try:
+            config = client.json(f"/v2/models/{name}_detector/config")
+        except InferError as exc:
+            result[name] = {"error": str(exc)}
+            continue
+        result[name] = {"instance_group": config["instance_group"],
+                        "parameters": {k: v["string_value"] for k, v in config.get("parameters", {}).items()}}
+    return result
 
 
 def run(args: argparse.Namespace) -> None:
@@ -122,24 +133,26 @@ def run(args: argparse.Namespace) -> None:
 def sections(proof: Probe, client: TritonHttp, url: str, args: argparse.Namespace) -> None:
     reference, heads = load_reference(args.data)
     named = checks.proof_images()
-    proof.section("configs", lambda: detector_configs(client))
+    names = [name for name in CASES if (args.data / "repos" / name).is_dir()]
+    graphs = {label: case for label, case in GRAPHS.items() if case in names}
+    proof.section("models_ready", lambda: checks.models_ready(client))
+    proof.section("configs", lambda: detector_configs(client, names))
     proof.section("gpu_memory_loaded", checks.gpu_memory)
-    proof.section("detections", lambda: checks.detections(client, named, reference))
-    proof.section("heads", lambda: checks.heads(client, named, reference, heads))
-    proof.section("hostile", lambda: checks.hostile(url, named["scene-0"], ("demo_fp32_default", "demo_fp32_cpupre",
-                                                                            "demo_fp32_gpupre", "v8n_fp32")))
-    proof.section("detector_throughput", lambda: load.detector_throughput(url, named, GRAPHS,
-                                                                          args.detector_seconds))
-    sweeps = [name for name, case in CASES.items() if case.sweep]
+    proof.section("detections", lambda: checks.detections(client, named, reference, names))
+    proof.section("heads", lambda: checks.heads(client, named, reference, heads, names))
+    hostile = [n for n in ("demo_fp32_default", "demo_fp32_cpupre", "demo_fp32_gpupre", "v8n_fp32") if n in names]
+    proof.section("hostile", lambda: checks.hostile(url, named["scene-0"], hostile))
+    proof.section("detector_throughput", lambda: load.detector_throughput(url, named, graphs, args.detector_seconds))
+    sweeps = [name for name in names if CASES[name].sweep]
     proof.section("end_to_end", lambda: load.end_to_end(url, sweeps, args.seconds, args.levels,
-                                                        instances_of(args.data / "repos")))
+                                                        instances_of(args.data / "repos", sweeps)))
     proof.section("gpu_memory_after", checks.gpu_memory)
 
 
-def instances_of(repos: Path) -> dict[str, dict[str, int]]:
+def instances_of(repos: Path, names: Sequence[str]) -> dict[str, dict[str, int]]:
     """Instance count of each step of each case, from its configs."""
     counts: dict[str, dict[str, int]] = {}
-    for name in CASES:
+    for name in names:
         counts[name] = {}
         for step in ("preprocess", "detector", "nms"):
             text = (repos / name / f"{name}_{step}" / "config.pbtxt").read_text()
