@@ -6,7 +6,11 @@ last chunk is padded.
 
 On the CUDA provider (``cuda``) every run goes through I/O binding: a batch already in GPU memory (the GPU
 preprocess) is bound where it lies, a host batch is copied to the GPU once, and the outputs are computed on
-the GPU and copied back to the host once each (the small head the NMS step reads).
+the GPU and copied back to the host once each (the small head the NMS step reads). A dynamic-batch export gets
+one session per batch bucket (``batch_buckets``: powers of two up to the largest batch), and every batch is
+padded to its bucket: the CUDA provider spends 0.1-2 s on a batch size its session did not just run (measured on
+the H200 with the demo detector, docs/results/gpu/README.md, "GPU detector"), which a dynamic batcher would
+otherwise pay on most batches; a session that only ever sees one shape pays it once, at load.
 """
 
 from __future__ import annotations
@@ -39,6 +43,26 @@ def chunks(size: int, static_batch: int | None) -> list[tuple[int, int]]:
     return [(start, min(start + static_batch, size)) for start in range(0, size, static_batch)]
 
 
+def batch_buckets(max_batch: int) -> tuple[int, ...]:
+    """The batch sizes GPU sessions are kept at: powers of two below ``max_batch``, and ``max_batch``."""
+    sizes = []
+    size = 1
+    while size < max_batch:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, max(1, max_batch))
+
+
+def bucket_chunks(size: int, buckets: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(start, stop, bucket) of each run: runs of the largest bucket, then the smallest bucket holding the rest."""
+    largest = max(buckets)
+    plan = []
+    for start in range(0, size, largest):
+        stop = min(start + largest, size)
+        plan.append((start, stop, min(b for b in buckets if b >= stop - start)))
+    return plan
+
+
 _INPUT_DTYPES = {"tensor(uint8)": np.uint8, "tensor(float16)": np.float16, "tensor(float)": np.float32}
 
 
@@ -48,7 +72,7 @@ class CudaProviderError(RuntimeError):
 
 class OnnxRunner:
     def __init__(self, path: str, intra_op_threads: int = 0, inter_op_threads: int = 1,
-                 spin_wait: bool = False, cuda: CudaSettings | None = None) -> None:
+                 spin_wait: bool = False, cuda: CudaSettings | None = None, buckets: Sequence[int] = ()) -> None:
         import onnxruntime as ort  # heavy; only the detector step needs it
 
         options = ort.SessionOptions()
@@ -58,7 +82,11 @@ class OnnxRunner:
         # Spinning worker threads burn the cores the preprocess and NMS steps need between batches;
         # ``spin_wait`` (ONNX Runtime's default) is for raw-detector references only.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
-        self._session: Any = ort.InferenceSession(path, options, providers=session_providers(cuda))
+
+        def session() -> Any:
+            return ort.InferenceSession(path, options, providers=session_providers(cuda))
+
+        self._session: Any = session()
         if cuda is not None and CUDA_PROVIDER not in self._session.get_providers():
             # ONNX Runtime falls back to the CPU when the provider cannot load (no GPU, missing CUDA libraries).
             raise CudaProviderError(
@@ -73,6 +101,11 @@ class OnnxRunner:
         self.output_names: list[str] = [o.name for o in self._session.get_outputs()]
         batch_dim = model_input.shape[0]
         self.static_batch: int | None = batch_dim if isinstance(batch_dim, int) else None
+        # One session per bucket (GPU, dynamic batch): each keeps one input shape for good.
+        self._buckets: dict[int, Any] = {}
+        if cuda is not None and self.static_batch is None and buckets:
+            sizes = sorted(set(buckets))
+            self._buckets = {size: self._session if i == 0 else session() for i, size in enumerate(sizes)}
 
     @property
     def providers(self) -> list[str]:
@@ -82,22 +115,23 @@ class OnnxRunner:
         """Run ``batch`` (leading batch axis; on the GPU a CuPy array may be given) and return every output
         as a host array with the same leading size."""
         size = len(batch)
-        pieces = [self._run_chunk(self._padded(batch[start:stop])) for start, stop in chunks(size, self.static_batch)]
+        if self._buckets:
+            plan = bucket_chunks(size, list(self._buckets))
+            pieces = [[out[: stop - start] for out in self._run_chunk(_padded(batch[start:stop], bucket),
+                                                                      self._buckets[bucket])]
+                      for start, stop, bucket in plan]
+        else:
+            pieces = [self._run_chunk(_padded(batch[start:stop], self.static_batch or stop - start))
+                      for start, stop in chunks(size, self.static_batch)]
         if len(pieces) == 1 and len(pieces[0][0]) == size:
             return pieces[0]
         return [np.concatenate([p[i] for p in pieces])[:size] for i in range(len(self.output_names))]
 
-    def _padded(self, chunk: Any) -> Any:
-        missing = (self.static_batch or len(chunk)) - len(chunk)
-        if missing <= 0:
-            return chunk
-        xp = _array_module(chunk)
-        return xp.concatenate([chunk, xp.zeros((missing, *chunk.shape[1:]), dtype=chunk.dtype)])
-
-    def _run_chunk(self, chunk: Any) -> list[np.ndarray]:
+    def _run_chunk(self, chunk: Any, session: Any = None) -> list[np.ndarray]:
+        session = session if session is not None else self._session
         if self.cuda is None:
-            return list(self._session.run(self.output_names, {self.input_name: chunk}))
-        binding = self._session.io_binding()
+            return list(session.run(self.output_names, {self.input_name: chunk}))
+        binding = session.io_binding()
         pointer = device_pointer(chunk)
         if pointer is None:
             binding.bind_cpu_input(self.input_name, np.ascontiguousarray(chunk))
@@ -106,20 +140,30 @@ class OnnxRunner:
                                list(chunk.shape), pointer)
         for name in self.output_names:
             binding.bind_output(name, "cuda", self.cuda.device_id)
-        self._session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding)
         return list(binding.copy_outputs_to_cpu())
 
-    def warm_up(self, batch_sizes: Sequence[int]) -> list[int]:
-        """Run a zero batch of each size (the static size when the export has one) so that the first requests
-        do not pay for the provider's lazy setup; returns the sizes run (none when the input size is dynamic)."""
-        item = self.input_shape[1:]
+    def warm_up(self, batch_sizes: Sequence[int] = (1,), item_shape: Sequence[int] | None = None) -> list[int]:
+        """Run a zero batch of each bucket (else each size, or the static size) so that the first requests do
+        not pay for the provider's per-shape setup; returns the sizes run (none when the image size is unknown:
+        a dynamic spatial size and no ``item_shape``)."""
+        item = list(item_shape) if item_shape is not None else self.input_shape[1:]
         if not all(isinstance(d, int) for d in item):
             return []
         dtype = _INPUT_DTYPES.get(self.input_type, np.float32)
-        sizes = sorted({self.static_batch or size for size in batch_sizes})
+        sizes = sorted(self._buckets) if self._buckets else sorted({self.static_batch or s for s in batch_sizes})
         for size in sizes:
             self.run(np.zeros((size, *item), dtype=dtype))
         return sizes
+
+
+def _padded(chunk: Any, size: int) -> Any:
+    """``chunk`` with zero images appended up to ``size``."""
+    missing = size - len(chunk)
+    if missing <= 0:
+        return chunk
+    xp = _array_module(chunk)
+    return xp.concatenate([chunk, xp.zeros((missing, *chunk.shape[1:]), dtype=chunk.dtype)])
 
 
 def _array_module(array: Any) -> Any:

@@ -77,7 +77,8 @@ def serve(repos: Path, out: Path, stub_pythonpath: str) -> Any:
     folders = sorted(p for p in repos.iterdir() if p.is_dir())
     extra = tuple(f"--model-repository={p.resolve()}" for p in folders[1:])
     # A model that fails to load must not take the others with it: the failure is a finding of its own.
-    lenient = ("--exit-on-error=false", "--strict-readiness=false")
+    # Every detector instance warms one session per batch bucket at load: load them side by side.
+    lenient = ("--exit-on-error=false", "--strict-readiness=false", "--model-load-thread-count=16")
     server = EmbeddedServer(folders[0], free_port(), free_port(), free_port(), log_file=out / "server.log",
                             extra_args=(*extra, *lenient, f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"))
     try:

@@ -3,7 +3,8 @@
 With the ``detector_device`` parameter "gpu" (``--device gpu``, instances of KIND_GPU) the session runs on the
 CUDA provider on this instance's GPU, and ``FORCE_CPU_ONLY_INPUT_TENSORS`` "no" lets a batch the GPU preprocess
 left in GPU memory arrive there: it is bound in place (``ensemble_pipeline.cuda_provider``). The outputs come back
-to the host once, for the NMS step.
+to the host once, for the NMS step. A dynamic-batch export gets one session per batch bucket, each run once at
+load (``ensemble_pipeline.runner.batch_buckets``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 from ensemble_common import failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.cuda_provider import DEVICE_PARAMETER, CudaSettings, stack_tensors
-from ensemble_pipeline.runner import OnnxRunner, session_threads
+from ensemble_pipeline.runner import OnnxRunner, batch_buckets, session_threads
 
 
 class TritonPythonModel:
@@ -30,12 +31,14 @@ class TritonPythonModel:
         if params.get(DEVICE_PARAMETER) == "gpu":
             self.device_id = int(args["model_instance_device_id"])
             cuda = CudaSettings.from_parameters(params, self.device_id)
-        self.runner = OnnxRunner(str(path), threads, cuda=cuda)
+        max_batch = max(1, int(config.get("max_batch_size", 1)))
+        self.runner = OnnxRunner(str(path), threads, cuda=cuda, buckets=batch_buckets(max_batch) if cuda else ())
         if cuda is not None:
-            # The provider creates its cuDNN and cuBLAS handles and memory arena on the first run: do it now.
-            warmed = self.runner.warm_up((1, max(1, int(config.get("max_batch_size", 1)))))
+            # Each session sets up its cuDNN state, kernels and memory on its first run: all of them now.
+            item = [int(d) for d in config["input"][0]["dims"]][-3:]
+            warmed = self.runner.warm_up((1, max_batch), item)
             pb_utils.Logger.log_info(f"detector: CUDA provider on GPU {self.device_id} ({cuda.parameters()}), "
-                                     f"warmed up at batch {warmed or 'none (dynamic input size)'}")
+                                     f"sessions warmed up at batch {warmed}")
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:

@@ -153,3 +153,53 @@ def test_warm_up_runs_each_size_once_or_the_static_size(tmp_path: Path) -> None:
     dynamic = OnnxRunner(str(save(make_detector("v8", batch="batch", seed=5), tmp_path / "d.onnx")),
                          intra_op_threads=1)
     assert dynamic.warm_up((1, 4, 4)) == [1, 4]
+
+
+def test_batch_buckets_are_powers_of_two_up_to_the_largest_batch() -> None:
+    from generator.serving.runner import batch_buckets
+
+    assert batch_buckets(32) == (1, 2, 4, 8, 16, 32)
+    assert batch_buckets(8) == (1, 2, 4, 8)
+    assert batch_buckets(12) == (1, 2, 4, 8, 12)
+    assert batch_buckets(1) == (1,)
+
+
+def test_bucket_chunks_pad_each_run_to_the_smallest_bucket_holding_it() -> None:
+    from generator.serving.runner import bucket_chunks
+
+    buckets = (1, 2, 4, 8)
+    assert bucket_chunks(1, buckets) == [(0, 1, 1)]
+    assert bucket_chunks(3, buckets) == [(0, 3, 4)]
+    assert bucket_chunks(8, buckets) == [(0, 8, 8)]
+    assert bucket_chunks(11, buckets) == [(0, 8, 8), (8, 11, 4)]  # more than the largest: cut, then bucket the rest
+
+
+def test_gpu_batches_run_on_the_session_of_their_bucket_only(tmp_path: Path) -> None:
+    """Each session sees one shape for good: the CUDA provider pays for every new batch size (GPU proof)."""
+    runner, bindings = bound_runner(tmp_path, "batch")
+    seen: dict[int, list[int]] = {}
+
+    def session_for(bucket: int):
+        class Session:
+            def io_binding(self) -> Binding:
+                bindings.append(Binding())
+                return bindings[-1]
+
+            def run_with_iobinding(self, binding: Binding) -> None:
+                seen.setdefault(bucket, []).append(binding.size)
+        return Session()
+
+    runner._buckets = {size: session_for(size) for size in (1, 2, 4)}
+    images = np.random.default_rng(1).uniform(0, 1, (7, 3, 64, 64)).astype(np.float32)
+    for count in (1, 3, 2, 7, 4):
+        (out,) = runner.run(images[:count])
+        assert out.shape == (count, 6, 64)
+    assert seen == {1: [1], 4: [4, 4, 4, 4], 2: [2]}  # 3 -> 4, 7 -> 4 + (3 -> 4), 4
+    assert runner.warm_up() == [1, 2, 4]
+
+
+def test_warm_up_takes_the_image_size_when_the_export_leaves_it_open(tmp_path: Path) -> None:
+    runner, bindings = bound_runner(tmp_path, "batch")
+    runner.input_shape = ["batch", 3, "height", "width"]
+    assert runner.warm_up((1,)) == []
+    assert runner.warm_up((1,), (3, 64, 64)) == [1] and bindings[-1].calls[0][2] == (1, 3, 64, 64)
