@@ -53,6 +53,18 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
     return (*sizes, max(1, max_batch))
 
 
+def served_item(dims: Sequence[int], image_size: tuple[int, int]) -> list[int]:
+    """One image's input shape as served: the config's item dims (-1 where the export leaves the spatial size
+    open) with the served height and width; [H, W, 3] (uint8 BGR) or [3, H, W] (float, --normalise-in
+    preprocess)."""
+    item = list(dims)[-3:]
+    height, width = image_size
+    spatial = [height, width]
+    if item[0] == 3 and item[-1] != 3:  # channels first
+        return [3, *(d if d > 0 else s for d, s in zip(item[1:], spatial, strict=True))]
+    return [*(d if d > 0 else s for d, s in zip(item[:2], spatial, strict=True)), 3]
+
+
 def bucket_chunks(size: int, buckets: Sequence[int]) -> list[tuple[int, int, int]]:
     """(start, stop, bucket) of each run: runs of the largest bucket, then the smallest bucket holding the rest."""
     largest = max(buckets)

@@ -53,7 +53,8 @@ proof)
   export LD_LIBRARY_PATH=$CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export TRITON_DETECTION_CACHE=/tmp/triton-cache PYTHONUNBUFFERED=1
   cd "$G/src" && timeout "${PROOF_TIMEOUT:-540}" python3 -m tools.gpu.detector_proof --data "$G/data" --out "$OUT" \
-    --stub-pythonpath "$STUB" --seconds "${SECONDS_PER_POINT:-3}" 2>&1 | tee "$OUT/proof.log" | grep -v "^I1\|^W1"
+    --stub-pythonpath "$STUB" --seconds "${SECONDS_PER_POINT:-3}" ${PROOF_ARGS:-} 2>&1 | tee "$OUT/proof.log" \
+    | grep -v "^I1\|^W1"
   tail -c 15000000 "$OUT/server.log" > "$OUT/server-tail.log" 2>/dev/null && rm -f "$OUT/server.log"
   echo "proof call took $(( $(date +%s) - t0 )) s" ;;
 *)

@@ -38,12 +38,16 @@ def stats(client: TritonHttp, model: str) -> dict[str, int]:
 def delta(before: dict[str, int], after: dict[str, int], seconds: float, instances: int) -> dict[str, Any]:
     """What one step did in a window of ``seconds``: batch size, per-image time, utilisation of its instances."""
     d = {k: after[k] - before[k] for k in after}
-    images = max(d["inferences"], 1)
-    return {"inferences": d["inferences"], "mean_batch": round(d["inferences"] / max(d["executions"], 1), 2),
-            "infer_us_per_image": round(d["infer_ns"] / 1e3 / images, 1),
-            "images_per_infer_s": round(d["inferences"] / (d["infer_ns"] / 1e9), 1) if d["infer_ns"] else None,
-            "queue_us_per_request": round(d["queue_ns"] / 1e3 / max(d["requests"], 1), 1),
-            "utilisation": round(d["busy_ns"] / 1e9 / (seconds * instances), 3)}
+    requests, executions = max(d["requests"], 1), max(d["executions"], 1)
+    # Triton adds a batch's compute time to each of its requests: per execution, divide by requests per execution.
+    per_execution = executions / requests
+    exec_us = d["infer_ns"] / 1e3 / requests
+    batch = d["inferences"] / executions
+    return {"inferences": d["inferences"], "executions": d["executions"], "mean_batch": round(batch, 2),
+            "exec_ms": round(exec_us / 1e3, 3), "infer_us_per_image": round(exec_us / max(batch, 1e-9), 1),
+            "images_per_infer_s": round(batch / (exec_us / 1e6), 1) if exec_us else None,
+            "queue_us_per_request": round(d["queue_ns"] / 1e3 / requests, 1),
+            "utilisation": round(d["busy_ns"] * per_execution / 1e9 / (seconds * instances), 3)}
 
 
 def threaded(call: Callable[[TritonHttp], int], url: str, concurrency: int, seconds: float) -> dict[str, Any]:
@@ -93,23 +97,33 @@ def detector_throughput(url: str, named: Mapping[str, bytes], graphs: Mapping[st
     result: dict[str, Any] = {}
     tensors: dict[tuple[tuple[int, int], int], np.ndarray] = {}
     for label, ensemble in graphs.items():
-        model = f"{ensemble}_detector"
-        name = client.json(f"/v2/models/{model}")["inputs"][0]["name"]
-        size = input_size(client, ensemble)
-        for batch in BATCHES:
-            tensor = tensors.get((size, batch))
-            if tensor is None:
-                tensor = tensors[(size, batch)] = _batch_tensor(named, size, batch)
+        try:
+            result.update(_graph_throughput(client, url, named, label, ensemble, seconds, tensors))
+        except InferError as exc:  # a detector that did not load: the others still run
+            result[label] = {"error": str(exc)}
+    return result
 
-            def call(c: TritonHttp, t: np.ndarray = tensor, m: str = model, n: str = name) -> int:
-                infer_tensor(c, m, n, t)
-                return len(t)
 
-            threaded(call, url, 1, min(0.5, seconds))  # warm-up
-            before, start = stats(client, model), time.perf_counter()
-            wall = threaded(call, url, 1, seconds)
-            window = time.perf_counter() - start  # the last request ends after ``seconds``
-            result[f"{label} batch{batch}"] = {**wall, **delta(before, stats(client, model), window, 1)}
+def _graph_throughput(client: TritonHttp, url: str, named: Mapping[str, bytes], label: str, ensemble: str,
+                      seconds: float, tensors: dict[tuple[tuple[int, int], int], np.ndarray]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    model = f"{ensemble}_detector"
+    name = client.json(f"/v2/models/{model}")["inputs"][0]["name"]
+    size = input_size(client, ensemble)
+    for batch in BATCHES:
+        tensor = tensors.get((size, batch))
+        if tensor is None:
+            tensor = tensors[(size, batch)] = _batch_tensor(named, size, batch)
+
+        def call(c: TritonHttp, t: np.ndarray = tensor, m: str = model, n: str = name) -> int:
+            infer_tensor(c, m, n, t)
+            return len(t)
+
+        threaded(call, url, 1, min(0.5, seconds))  # warm-up
+        before, start = stats(client, model), time.perf_counter()
+        wall = threaded(call, url, 1, seconds)
+        window = time.perf_counter() - start  # the last request ends after ``seconds``
+        result[f"{label} batch{batch}"] = {**wall, **delta(before, stats(client, model), window, 1)}
     return result
 
 
@@ -122,14 +136,24 @@ def end_to_end(url: str, ensembles: Sequence[str], seconds: float, levels: Seque
     requests = tuple((data,) for data in synthetic_images([(1280, 720)], per_size=32, seed=1280))
     result: dict[str, Any] = {}
     for ensemble in ensembles:
-        drive(Load(url, ensemble, requests[:4], OUTPUTS, 0.5, 1), 4)  # warm-up
-        for concurrency in levels:
-            before = {step: stats(client, f"{ensemble}_{step}") for step in STEPS}
-            wall = drive(Load(url, ensemble, requests, OUTPUTS, seconds, 1), concurrency, processes=min(12, concurrency))
-            # The clients' start-up is in elapsed_s too; the requests ran for about ``seconds``, the last ones longer.
-            window = max(seconds, wall["elapsed_s"] - 0.2)
-            steps = {step: delta(before[step], stats(client, f"{ensemble}_{step}"), window, instances[ensemble][step])
-                     for step in STEPS}
-            bound = max(STEPS, key=lambda s: steps[s]["utilisation"])
-            result[f"{ensemble} c{concurrency}"] = {**wall, "steps": steps, "busiest_step": bound}
+        try:
+            result.update(_sweep(client, url, ensemble, requests, seconds, levels, instances[ensemble]))
+        except InferError as exc:  # an ensemble that did not load: the others still run
+            result[ensemble] = {"error": str(exc)}
+    return result
+
+
+def _sweep(client: TritonHttp, url: str, ensemble: str, requests: tuple[tuple[bytes, ...], ...], seconds: float,
+           levels: Sequence[int], instances: Mapping[str, int]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    drive(Load(url, ensemble, requests[:4], OUTPUTS, 0.5, 1), 4)  # warm-up
+    for concurrency in levels:
+        before = {step: stats(client, f"{ensemble}_{step}") for step in STEPS}
+        wall = drive(Load(url, ensemble, requests, OUTPUTS, seconds, 1), concurrency, processes=min(12, concurrency))
+        # The clients' start-up is in elapsed_s too; the requests ran for about ``seconds``, the last ones longer.
+        window = max(seconds, wall["elapsed_s"] - 0.2)
+        steps = {step: delta(before[step], stats(client, f"{ensemble}_{step}"), window, instances[step])
+                 for step in STEPS}
+        bound = max(STEPS, key=lambda s: steps[s]["utilisation"])
+        result[f"{ensemble} c{concurrency}"] = {**wall, "steps": steps, "busiest_step": bound}
     return result

@@ -125,8 +125,9 @@ def run(args: argparse.Namespace) -> None:
         proof.results["server_log_lines"] = checks.log_lines(args.out / "server.log")
         proof.save()
     # Outside Triton, once the server is gone: the GPU is this section's alone.
-    proof.section("ort_settings", lambda: ort_settings(graph_folder(repos, args.out.parent / "graphs"), args.out,
-                                                       args.stub_pythonpath, src))
+    if not args.skip_settings:
+        proof.section("ort_settings", lambda: ort_settings(graph_folder(repos, args.out.parent / "graphs"),
+                                                           args.out, args.stub_pythonpath, src))
     proof.results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     proof.save()
 
@@ -170,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each end-to-end point")
     parser.add_argument("--detector-seconds", type=float, default=2.0, help="length of each detector point")
     parser.add_argument("--levels", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32, 64, 128])
+    parser.add_argument("--skip-settings", action="store_true", help="leave out the CUDA settings bench")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     run(args)

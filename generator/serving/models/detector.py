@@ -16,7 +16,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 from ensemble_common import failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.cuda_provider import DEVICE_PARAMETER, CudaSettings, stack_tensors
-from ensemble_pipeline.runner import OnnxRunner, batch_buckets, session_threads
+from ensemble_pipeline.runner import OnnxRunner, batch_buckets, served_item, session_threads
 
 
 class TritonPythonModel:
@@ -35,8 +35,8 @@ class TritonPythonModel:
         self.runner = OnnxRunner(str(path), threads, cuda=cuda, buckets=batch_buckets(max_batch) if cuda else ())
         if cuda is not None:
             # Each session sets up its cuDNN state, kernels and memory on its first run: all of them now.
-            item = [int(d) for d in config["input"][0]["dims"]][-3:]
-            warmed = self.runner.warm_up((1, max_batch), item)
+            size = (int(params["input_height"]), int(params["input_width"]))
+            warmed = self.runner.warm_up((1, max_batch), served_item([int(d) for d in config["input"][0]["dims"]], size))
             pb_utils.Logger.log_info(f"detector: CUDA provider on GPU {self.device_id} ({cuda.parameters()}), "
                                      f"sessions warmed up at batch {warmed}")
 

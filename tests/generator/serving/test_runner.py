@@ -203,3 +203,12 @@ def test_warm_up_takes_the_image_size_when_the_export_leaves_it_open(tmp_path: P
     runner.input_shape = ["batch", 3, "height", "width"]
     assert runner.warm_up((1,)) == []
     assert runner.warm_up((1,), (3, 64, 64)) == [1] and bindings[-1].calls[0][2] == (1, 3, 64, 64)
+
+
+def test_served_item_fills_the_open_spatial_size() -> None:
+    from generator.serving.runner import served_item
+
+    assert served_item([-1, -1, 3], (640, 480)) == [640, 480, 3]  # a dynamic-size export, uint8 NHWC
+    assert served_item([640, 640, 3], (640, 640)) == [640, 640, 3]
+    assert served_item([3, -1, -1], (320, 320)) == [3, 320, 320]  # --normalise-in preprocess: float NCHW
+    assert served_item([1, 64, 64, 3], (64, 64)) == [64, 64, 3]  # full dims of a non-batching config
