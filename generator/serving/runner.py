@@ -8,9 +8,9 @@ On the CUDA provider (``cuda``) every run goes through I/O binding: a batch alre
 preprocess) is bound where it lies, a host batch is copied to the GPU once, and the outputs are computed on
 the GPU and copied back to the host once each (the small head the NMS step reads). A dynamic-batch export gets
 one session per batch bucket (``batch_buckets``: powers of two up to the largest batch), and every batch is
-padded to its bucket: the CUDA provider spends 0.1-2 s on a batch size its session did not just run (measured on
-the H200 with the demo detector, docs/results/gpu/README.md, "GPU detector"), which a dynamic batcher would
-otherwise pay on most batches; a session that only ever sees one shape pays it once, at load.
+padded to its bucket: the CUDA provider spends 0.1-2.4 s on a batch size its session did not just run (measured
+on the H200, docs/results/gpu/README.md, "GPU detector"), which a dynamic batcher would otherwise pay on most
+batches; a session that only ever sees one shape pays it once, at load.
 """
 
 from __future__ import annotations
