@@ -4,7 +4,7 @@ The stubs as published (10.8 to 10.13) cannot type-check anything: the ``tensorr
 ``py.typed``, so mypy skips it (and ``ignore_missing_imports`` turns every TensorRT type into
 ``Any``), and the generated ``tensorrt.pyi`` has syntax errors (parameters named ``in``, a
 required parameter after defaulted ones). This copies them to ``DIR`` with those lines repaired;
-then ``MYPYPATH=DIR mypy generator/builder/tensorrt`` checks the code against the real API.
+then ``MYPYPATH=DIR mypy generator/builder/stages/tensorrt`` checks the code against the real API.
 """
 
 from __future__ import annotations

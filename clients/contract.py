@@ -25,8 +25,14 @@ from typing import Any
 from clients.detection import ModelInfo, model_info_from_config
 from clients.endpoint import Endpoint
 from clients.errors import ClientError, InferenceError, RestrictedApiError
-from generator.server.hardening import ADMIN_HEADER, GRPC_HEADER_PREFIX
-from generator.serving.contract import IMAGE, IMAGE_DATATYPE, OUTPUT_DATATYPES, OUTPUTS
+from generator.serving.contract import (
+    ADMIN_HEADER,
+    GRPC_HEADER_PREFIX,
+    IMAGE,
+    IMAGE_DATATYPE,
+    OUTPUT_DATATYPES,
+    OUTPUTS,
+)
 
 logger = logging.getLogger(__name__)
 _BATCH_LIMIT_RE = re.compile(r"batch-size must be <= (\d+)")

@@ -16,7 +16,7 @@ from clients.detection import DetectionResult
 from clients.errors import ClientError
 from clients.retry import DEFAULT_RETRY
 from clients.sync_client import DEFAULT_URL
-from generator.server.hardening import ADMIN_TOKEN_ENV
+from generator.serving.contract import ADMIN_TOKEN_ENV
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from generator.builder.manifest import sha256_file
+from generator.builder.stages.manifest import sha256_file
 
 logger = logging.getLogger(__name__)
 

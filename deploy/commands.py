@@ -11,7 +11,9 @@ Layout inside the containers:
 from __future__ import annotations
 
 from deploy import sizing
-from deploy.settings import Settings
+from deploy.settings import DETECTOR_ONNX_PATH, Settings, build_options
+from generator.builder.spec.declarations import to_flags
+from generator.builder.spec.options import Target
 from generator.server.hardening import AdminAccess
 from generator.server.shutdown import StopTiming
 
@@ -19,10 +21,7 @@ MODELS_VOLUME = "/models"
 CURRENT_LINK = "current"
 MODEL_REPOSITORY = f"{MODELS_VOLUME}/{CURRENT_LINK}"
 WATCHDOG_PATH = "/opt/deploy/watchdog.py"
-DETECTOR_ONNX_PATH = "/opt/detector/model.onnx"
 LOOPBACK = "127.0.0.1"
-# Builder targets by compose service: the GPU stack builds a TensorRT plan, the CPU stack ONNX Runtime.
-BUILD_TARGETS = {"builder": "tensorrt", "builder-cpu": "onnxruntime"}
 # The project's package extras each image installs (pyproject.toml), nothing more.
 IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("build",), "loadtest": ("loadtest",)}
 
@@ -107,35 +106,18 @@ def serve_command(settings: Settings, *, gpu: bool, token: str) -> list[str]:
     ]
 
 
-def build_args(settings: Settings, target: str, onnx: str = DETECTOR_ONNX_PATH) -> list[str]:
-    """``generator build`` flags for ``target`` (the builder adds ``--output``)."""
-    precision = settings.precision if target == "tensorrt" else settings.cpu_precision
-    args = [
-        "--target", target,
-        "--onnx", onnx,
-        "--name", settings.model_name,
-        "--precision", precision,
-        "--max-batch", str(settings.max_batch),
-        "--max-detections", str(settings.max_detections),
-        "--max-image-bytes", str(settings.max_image_bytes),
-        "--max-image-pixels", str(settings.max_image_pixels),
-        "--normalise-in", settings.normalise_in,
-        "--max-queue-ms", str(settings.max_queue_ms),
-        "--instances", str(settings.python_instances), "2", str(settings.python_instances),
-        # The CPU stack always preprocesses on the CPU.
-        "--preprocess-device", settings.preprocess_device if target == "tensorrt" else "cpu",
-    ]
-    if not settings.reduce_head:
-        args.append("--no-reduce-head")
-    if settings.nms_in_graph:
-        args.append("--nms-in-graph")
-    if target == "tensorrt":
-        args += ["--triton-image", settings.triton_base_image]
-        if settings.version_compatible:
-            args.append("--version-compatible")
-    return args
+# The options a deployment decides, spelled out in the builder's command even where they equal the generator's
+# defaults; everything else is left to the generator.
+SPELLED_OUT = ("name", "target", "precision", "max_batch", "max_detections", "limits.max_bytes", "limits.max_pixels",
+               "normalise_in", "max_queue_ms", "instances", "preprocess_device")
 
 
-def builder_command(settings: Settings, target: str) -> list[str]:
+def build_args(settings: Settings, target: Target, onnx: str = DETECTOR_ONNX_PATH) -> list[str]:
+    """``generator build`` flags for ``target`` (the builder adds ``--output``), from the option declarations."""
+    spelled_out = (*SPELLED_OUT, "tensorrt.triton_image") if target == "tensorrt" else SPELLED_OUT
+    return ["--onnx", onnx, *to_flags(build_options(settings, target), always=spelled_out)]
+
+
+def builder_command(settings: Settings, target: Target) -> list[str]:
     """The builder container's arguments (its entry point is ``python3 -m deploy.build_models``)."""
     return [f"--volume={MODELS_VOLUME}", f"--link={CURRENT_LINK}", "--", *build_args(settings, target)]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy import commands, sizing
+from deploy import settings as settings_module
 from deploy.dashboard import build_dashboard
 from deploy.errors import RenderError
 from deploy.settings import MIN_TRITON_RELEASE, Settings
@@ -113,11 +114,14 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "serve_command": commands.serve_command,
         "builder_command": commands.builder_command,
         "image_extras": commands.image_extras,
-        "build_targets": commands.BUILD_TARGETS,
+        "build_targets": settings_module.BUILD_TARGETS,
         "probe_command": commands.probe_command(settings),
         "models_volume": commands.MODELS_VOLUME,
         "watchdog_path": commands.WATCHDOG_PATH,
-        "detector_onnx_path": commands.DETECTOR_ONNX_PATH,
+        "detector_onnx_path": settings_module.DETECTOR_ONNX_PATH,
+        "validate_images_path": settings_module.VALIDATE_IMAGES_PATH,
+        "validate_labels_path": settings_module.VALIDATE_LABELS_PATH,
+        "calib_images_path": settings_module.CALIB_IMAGES_PATH,
         "exit_timeout_s": timing.exit_timeout_s,
         "watchdog_grace_s": timing.watchdog_grace_s,
         "container_grace_s": timing.container_grace_s,

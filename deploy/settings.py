@@ -10,13 +10,22 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deploy.errors import SettingsError
-from generator.builder.options import SpecError, validate_model_name
+from generator.builder.spec.declarations import declared
+from generator.builder.spec.options import (
+    BuildOptions,
+    Device,
+    NormaliseIn,
+    Precision,
+    SpecError,
+    Target,
+)
 
 # The admin API groups restricted on both protocols: one list, also used by `python -m generator serve`.
 from generator.server.hardening import ADMIN_API_GROUPS
@@ -34,13 +43,24 @@ _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # registry/repository:tag@sha256:<64 hex>; the tag says what it is, the digest what is pulled.
 _PINNED_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._/-]*(?::\d+/[a-z0-9._/-]+)?):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})"
                         r"@(?P<digest>sha256:[0-9a-f]{64})$")
-_PRECISIONS = ("fp32", "fp16", "int8")
-_NORMALISE_IN = ("graph", "preprocess")
+# Paths inside the builder image (deploy/templates/builder.Dockerfile.j2 copies them there).
+DETECTOR_ONNX_PATH = "/opt/detector/model.onnx"
+VALIDATE_IMAGES_PATH = "/opt/detector/validate"
+VALIDATE_LABELS_PATH = "/opt/detector/validate-labels.json"
+CALIB_IMAGES_PATH = "/opt/detector/calibrate"
+
+
+DEMO_DETECTOR = "generator/demo/demo_detector.onnx"
+
+
+def _generator_default(path: str) -> Any:
+    """A build option's own default, so a value deploy does not decide follows ``generator build``."""
+    return next(item.default for item in declared(BuildOptions) if ".".join(item.path) == path)
 
 
 def release_tuple(release: str) -> tuple[int, int]:
     """Parse an NGC ``yy.mm`` release tag into a comparable tuple."""
-    match = _RELEASE_RE.match(release)
+    match = _RELEASE_RE.fullmatch(release)
     if match is None:
         raise SettingsError(f"triton_release {release!r} is not an NGC release tag like '26.08'")
     year, month = int(match.group(1)), int(match.group(2))
@@ -99,18 +119,26 @@ class Settings:
     builder_image_digest: str = ""
     loadtest_image_digest: str = ""
     # Repo-relative path of the ONNX detector baked into the builder image (default: the bundled demo).
-    detector_onnx: str = "generator/demo/demo_detector.onnx"
+    detector_onnx: str = DEMO_DETECTOR
+    # FP16/INT8 builds of your own model run the accuracy gate on images of its domain: a repo-relative folder
+    # baked into the builder image (`--validate-images`; labels: a COCO JSON beside it, `--validate-labels`), or
+    # accuracy_gate false (`--no-validate`, recorded in the manifest). INT8 also needs calib_images
+    # (`--calib-images`). The bundled demo needs none of them.
+    validate_images: str = ""
+    validate_labels: str = ""
+    accuracy_gate: bool = True
+    calib_images: str = ""
 
     # --- model (generator contract; passed to `generator build`) ------------------------------
     model_name: str = "yolo"
-    precision: str = "fp16"
+    precision: Precision = "fp16"
     # The CPU profile's detector runs on ONNX Runtime, where FP16 is slower than FP32.
-    cpu_precision: str = "fp32"
-    max_batch: int = 8
+    cpu_precision: Precision = "fp32"
+    max_batch: int = _generator_default("max_batch")
     # Largest model input side served; sizes /dev/shm (a smaller model fits in the same budget).
     input_size: int = 640
     num_classes: int = 80
-    max_detections: int = 100
+    max_detections: int = _generator_default("max_detections")
     # Instances of each Python model (preprocess, NMS); passed to `generator build --instances`.
     python_instances: int = 2
     # The latency budget every step's queue is sized from (`--max-queue-ms`): beyond it requests are shed
@@ -121,16 +149,16 @@ class Settings:
     max_image_bytes: int = 4 * 1024 * 1024
     max_image_pixels: int = 40_000_000
     # What travels between the steps (`--normalise-in`, `--no-reduce-head`): sizes /dev/shm.
-    normalise_in: str = "graph"
-    reduce_head: bool = True
+    normalise_in: NormaliseIn = _generator_default("normalise_in")
+    reduce_head: bool = _generator_default("reduce_head")
     # TensorRT plans built with BuilderFlag.VERSION_COMPATIBLE (`--version-compatible`); the server then
     # gets --backend-config=tensorrt,version-compatible=true from the repository's manifest.
     version_compatible: bool = False
     # GPU profile only (the CPU profile always preprocesses on the CPU): `generator build --preprocess-device`;
     # "gpu" also installs the project's `gpu` extra into the builder and Triton images.
-    preprocess_device: str = "cpu"
+    preprocess_device: Device = "cpu"
     # `generator build --nms-in-graph`: NMS inside the detector graph (TensorRT runs it on the GPU).
-    nms_in_graph: bool = False
+    nms_in_graph: bool = _generator_default("nms_in_graph")
     # preprocess_device=gpu: Triton's CUDA memory pool per GPU holds the images between the steps
     # (--cuda-memory-pool-byte-size; 64 MiB by default, which a few 640x640 batches in flight fill; the H200
     # proof ran with 2 GiB). A pool that runs out falls back to host memory: slower, still correct.
@@ -262,29 +290,90 @@ def _check_images(s: Settings) -> None:
         value = getattr(s, key)
         if value and not is_digest(value):
             raise SettingsError(f"{key} {value!r} must be sha256:<64 hex digits> (or empty)")
-    if Path(s.detector_onnx).is_absolute() or ".." in Path(s.detector_onnx).parts:
-        raise SettingsError("detector_onnx must be a path inside the repository (it is the build context)")
 
 
 def _check_model(s: Settings) -> None:
-    # The generator's own rule. Kubernetes adds none: the name reaches only container args, environment
-    # values and PromQL label matchers, never an object name or a label.
-    try:
-        validate_model_name(s.model_name)
-    except SpecError as exc:
-        raise SettingsError(f"model_name: {exc}") from exc
-    for key in ("precision", "cpu_precision"):
-        if getattr(s, key) not in _PRECISIONS:
-            raise SettingsError(f"{key} {getattr(s, key)!r} is not one of {', '.join(_PRECISIONS)}")
-    if s.normalise_in not in _NORMALISE_IN:
-        raise SettingsError(f"normalise_in {s.normalise_in!r} is not one of {', '.join(_NORMALISE_IN)}")
-    if s.preprocess_device not in ("cpu", "gpu"):
-        raise SettingsError(f"preprocess_device {s.preprocess_device!r} must be 'cpu' or 'gpu'")
+    # The generator's own rules, through the options each builder will run: one source for what is valid.
+    for target in BUILD_TARGETS.values():
+        try:
+            build_options(s, target)
+        except SpecError as exc:
+            names = [key for key, flag in _setting_flags(s, target).items() if flag in str(exc)] or ["the build"]
+            raise SettingsError(f"{', '.join(names)}: {exc}") from exc
     for key in _POSITIVE:
         if getattr(s, key) < 1:
             raise SettingsError(f"{key} must be at least 1, got {getattr(s, key)}")
     if s.input_size % 32:
         raise SettingsError(f"input_size {s.input_size} must be a multiple of 32 (YOLO strides)")
+    for key in ("detector_onnx", "validate_images", "validate_labels", "calib_images"):
+        value = getattr(s, key)
+        if value and (Path(value).is_absolute() or ".." in Path(value).parts):
+            raise SettingsError(f"{key} must be a path inside the repository (it is the build context)")
+    _check_domain_data(s)
+
+
+def _check_domain_data(s: Settings) -> None:
+    """Your own model is gated (FP16/INT8) and calibrated (INT8) on your images, as `generator build` requires."""
+    if s.detector_onnx == DEMO_DETECTOR:
+        return
+    precisions = {s.precision, s.cpu_precision}
+    if precisions != {"fp32"} and s.accuracy_gate and not s.validate_images:
+        raise SettingsError(f"detector_onnx {s.detector_onnx} is your own model and a {'/'.join(sorted(precisions - {'fp32'}))} "
+                            "build runs the accuracy gate: set validate_images (a folder of your domain's images in "
+                            "the repository) or accuracy_gate false")
+    if "int8" in precisions and not s.calib_images:
+        raise SettingsError("precision int8 calibrates on images of your model's domain: set calib_images (a folder "
+                            "in the repository)")
+
+
+# Builder targets by compose service: the GPU stack builds a TensorRT plan, the CPU stack ONNX Runtime.
+BUILD_TARGETS: dict[str, Target] = {"builder": "tensorrt", "builder-cpu": "onnxruntime"}
+# The build option each setting decides, by option path; build_options() adds what depends on the target.
+SETTING_OPTIONS = {
+    "model_name": "name", "max_batch": "max_batch", "max_detections": "max_detections",
+    "max_image_bytes": "limits.max_bytes", "max_image_pixels": "limits.max_pixels", "normalise_in": "normalise_in",
+    "reduce_head": "reduce_head", "nms_in_graph": "nms_in_graph", "max_queue_ms": "max_queue_ms",
+    "accuracy_gate": "gate.enabled",
+}
+
+
+def _target_options(s: Settings, target: Target) -> dict[str, tuple[str, Any]]:
+    """Option path -> (setting, value) for what depends on the target (or on a path inside the image)."""
+    gpu = target == "tensorrt"
+    options: dict[str, tuple[str, Any]] = {
+        "target": ("target", target),
+        "precision": ("precision" if gpu else "cpu_precision", s.precision if gpu else s.cpu_precision),
+        # The CPU stack always preprocesses on the CPU.
+        "preprocess_device": ("preprocess_device", s.preprocess_device if gpu else "cpu"),
+        "instances": ("python_instances", (s.python_instances, 2, s.python_instances)),
+        "calibration.calib_images": ("calib_images", Path(CALIB_IMAGES_PATH) if s.calib_images else None),
+        "gate.images": ("validate_images", Path(VALIDATE_IMAGES_PATH) if s.validate_images else None),
+        "gate.labels": ("validate_labels", Path(VALIDATE_LABELS_PATH) if s.validate_labels else None),
+    }
+    if gpu:
+        options["tensorrt.triton_image"] = ("triton_release", s.triton_base_image)
+        options["tensorrt.version_compatible"] = ("version_compatible", s.version_compatible)
+    return options
+
+
+def _setting_flags(s: Settings, target: Target) -> dict[str, str]:
+    """Setting -> the generator flag it becomes (to name the setting when the generator refuses a value)."""
+    flags = {".".join(item.path): item.declaration.flag for item in declared(BuildOptions)}
+    named = {key: flags[path] for key, path in SETTING_OPTIONS.items()}
+    named.update({key: flags[path] for path, (key, _) in _target_options(s, target).items() if key != "target"})
+    return named
+
+
+def build_options(s: Settings, target: Target) -> BuildOptions:
+    """What ``generator build`` runs in the builder container for ``target``, validated by the generator itself."""
+    values = {path: getattr(s, key) for key, path in SETTING_OPTIONS.items()}
+    values.update({path: value for path, (_, value) in _target_options(s, target).items()})
+    groups: dict[str, dict[str, Any]] = {}
+    for path in [p for p in values if "." in p]:
+        group, name = path.split(".", 1)
+        groups.setdefault(group, {})[name] = values.pop(path)
+    kinds = typing.get_type_hints(BuildOptions)
+    return BuildOptions(**values, **{group: kinds[group](**fields) for group, fields in groups.items()})
 
 
 def _check_network(s: Settings) -> None:
@@ -304,7 +393,7 @@ def _check_network(s: Settings) -> None:
             f"bind_address {s.bind_address!r} must be loopback: only the TLS proxy faces the network "
             "(set proxy_bind_address)"
         )
-    if not _HEADER_RE.match(s.admin_header):
+    if not _HEADER_RE.fullmatch(s.admin_header):
         raise SettingsError(f"admin_header {s.admin_header!r} must be a lower-case header name")
     if 0 in (s.run_as_uid, s.run_as_gid):
         raise SettingsError("run_as_uid/run_as_gid must not be 0: the containers run as non-root")
@@ -314,9 +403,9 @@ def _check_network(s: Settings) -> None:
 
 def _check_kubernetes(s: Settings) -> None:
     for key in ("namespace", "prometheus_namespace", "prometheus_pod_name"):
-        if not _DNS_RE.match(getattr(s, key)):
+        if not _DNS_RE.fullmatch(getattr(s, key)):
             raise SettingsError(f"{key} {getattr(s, key)!r} is not a DNS-1123 label")
-    if not _K8S_VERSION_RE.match(s.kubernetes_version):
+    if not _K8S_VERSION_RE.fullmatch(s.kubernetes_version):
         raise SettingsError(f"kubernetes_version {s.kubernetes_version!r} must look like '1.33'")
     if not s.hpa_min_replicas <= s.replicas <= s.hpa_max_replicas:
         raise SettingsError("need hpa_min_replicas <= replicas <= hpa_max_replicas")

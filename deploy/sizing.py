@@ -7,7 +7,7 @@ anything larger than the largest legitimate request: a full batch of maximum-siz
     max_request = max_batch * (max_image_bytes + PER_IMAGE_FRAMING_BYTES) + REQUEST_OVERHEAD_BYTES
 
 /dev/shm: the Python backend moves every tensor between the server and its preprocess/NMS stubs through
-shared memory; Docker's 64 MB default is too small once batches flow (FIELD-NOTES #6). Per batch item,
+shared memory; Docker's 64 MB default is too small once batches flow (triton-inference-server/server #2296). Per batch item,
 the tensors a Python step receives or returns are (``step_tensor_bytes``; dtypes and dims as the
 generator's config templates write them):
 

@@ -56,7 +56,7 @@ def _detector_config(repository: Path, model: str) -> Any:
 
 def _source_onnx(repository: Path) -> OnnxFile | None:
     """The exported ONNX the repository was built from, when it is here unchanged and served in FP32."""
-    from generator.builder.manifest import read_manifest, sha256_file
+    from generator.builder.stages.manifest import read_manifest, sha256_file
     from generator.errors import GeneratorError
 
     try:
@@ -74,7 +74,7 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     import numpy as np
     from tritonclient.grpc import model_config_pb2
 
-    from generator.builder.manifest import sha256_file
+    from generator.builder.stages.manifest import sha256_file
     from generator.serving.batch import prepare_batch, to_float_nchw
     from generator.serving.runner import session_threads
 
@@ -91,7 +91,7 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     onnx, baseline = OnnxFile(served, sha256_file(served)), "served graph"
     source = _source_onnx(repository)
     if source is not None:
-        from generator.builder.onnx_inspect import inspect_onnx
+        from generator.model.onnx_inspect import inspect_onnx
 
         onnx, baseline = source, "exported source ONNX (float NCHW input)"
         prepared = to_float_nchw(prepared, np.dtype(inspect_onnx(source.path, (height, width)).input.numpy_dtype))

@@ -25,7 +25,7 @@ def repository_record(repository: Path | None) -> dict[str, Any] | None:
     """What was served, without machine paths: the manifest's name, target, precision and model digests."""
     if repository is None:
         return None
-    from generator.builder.manifest import read_manifest
+    from generator.builder.stages.manifest import read_manifest
     from generator.errors import GeneratorError
 
     record: dict[str, Any] = {"directory": repository.name}

@@ -11,8 +11,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from generator.builder.options import BuildOptions, ImageLimitOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions, ImageLimitOptions
 from generator.demo import DEMO_ONNX
 from generator.server.embedded import EmbeddedServer
 from generator.server.hardening import AdminAccess, admin_access

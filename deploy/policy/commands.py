@@ -6,7 +6,16 @@ from collections.abc import Sequence
 
 from deploy import commands, sizing
 from deploy.errors import SettingsError
-from deploy.settings import ADMIN_API_GROUPS, MIN_TRITON_RELEASE, Settings, release_tuple
+from deploy.settings import (
+    ADMIN_API_GROUPS,
+    DETECTOR_ONNX_PATH,
+    MIN_TRITON_RELEASE,
+    Settings,
+    build_options,
+    release_tuple,
+)
+from generator.builder.spec.declarations import declared, from_argv, to_record
+from generator.builder.spec.options import BuildOptions, SpecError, Target
 
 REQUIRED_TRITON_FLAGS = (
     "--model-control-mode=none",
@@ -103,27 +112,29 @@ def probe_violations(command: Sequence[str], settings: Settings, where: str) -> 
     )
 
 
-def builder_command_violations(command: Sequence[str], settings: Settings, target: str, where: str) -> list[str]:
-    """The builder fills the volume through deploy/build_models.py with the settings' limits."""
+def builder_command_violations(command: Sequence[str], settings: Settings, target: Target, where: str) -> list[str]:
+    """The builder fills the volume through deploy/build_models.py with exactly the build the settings describe.
+
+    The build flags are read back through the generator's own option declarations and compared option by
+    option with ``build_options(settings, target)``: a file edited by hand, or rendered from other settings,
+    fails here (the proxy body limit and /dev/shm are sized from those settings).
+    """
     args = list(command)
     problems = _one(args, "--volume", commands.MODELS_VOLUME, where) + _one(args, "--link", commands.CURRENT_LINK, where)
     build = args[args.index("--") + 1:] if "--" in args else []
-    problems += _one(build, "--target", target, where)
-    problems += _one(build, "--max-image-bytes", str(settings.max_image_bytes), where)
-    problems += _one(build, "--max-image-pixels", str(settings.max_image_pixels), where)
-    problems += _one(build, "--max-batch", str(settings.max_batch), where)
-    if any(a == "--output" or a.startswith("--output=") for a in build):
-        problems.append(f"{where}: --output must not be given; build_models writes build-<key> in the volume")
-    if ("--no-reduce-head" in build) == settings.reduce_head:
-        problems.append(f"{where}: --no-reduce-head must match reduce_head={settings.reduce_head} (/dev/shm sizing)")
-    problems += _one(build, "--normalise-in", settings.normalise_in, where)
-    problems += _one(build, "--max-queue-ms", str(settings.max_queue_ms), where)
-    device = settings.preprocess_device if target == "tensorrt" else "cpu"
-    problems += _one(build, "--preprocess-device", device, where)
-    if ("--nms-in-graph" in build) != settings.nms_in_graph:
-        problems.append(f"{where}: --nms-in-graph must match nms_in_graph={settings.nms_in_graph} (/dev/shm sizing)")
-    if target == "tensorrt" and ("--version-compatible" in build) != settings.version_compatible:
-        problems.append(f"{where}: --version-compatible must match version_compatible={settings.version_compatible}")
+    if any(a in ("--output", "--force") or a.startswith("--output=") for a in build):
+        problems.append(f"{where}: --output/--force must not be given; build_models writes build-<key> in the volume")
+        return problems
+    problems += _one(build, "--onnx", DETECTOR_ONNX_PATH, where)
+    flags = build[:build.index("--onnx")] + build[build.index("--onnx") + 2:] if "--onnx" in build else build
+    try:
+        found = to_record(from_argv(BuildOptions, flags, SpecError))
+    except SpecError as exc:
+        return [*problems, f"{where}: the build flags are not a valid generator build: {exc}"]
+    expected = to_record(build_options(settings, target))
+    flag = {".".join(item.path): item.declaration.flag for item in declared(BuildOptions)}
+    problems += [f"{where}: {flag[path]} is {found[path]!r}, the settings say {expected[path]!r}"
+                 for path in expected if found[path] != expected[path]]
     return problems
 
 

@@ -14,7 +14,7 @@ from deploy.policy.commands import (
     release_violation,
     serve_command_violations,
 )
-from deploy.settings import Settings, is_digest, is_pinned
+from deploy.settings import BUILD_TARGETS, Settings, is_digest, is_pinned
 
 SERVICES = {"proxy", "builder", "triton", "builder-cpu", "triton-cpu", "prometheus", "grafana",
             "locust-master", "locust-worker"}
@@ -128,7 +128,7 @@ def _proxy_service(svc: dict[str, Any], settings: Settings) -> list[str]:
 
 
 def _builder_service(name: str, svc: dict[str, Any], settings: Settings) -> list[str]:
-    target = commands.BUILD_TARGETS[name]
+    target = BUILD_TARGETS[name]
     problems = builder_command_violations(svc.get("command") or [], settings, target, f"service {name}")
     mounts = _models_mounts(svc)
     if len(mounts) != 1 or mounts[0].get("read_only"):
@@ -154,7 +154,7 @@ def compose_violations(compose: dict[str, Any], env: dict[str, str], settings: S
             problems.append(f"service {name}: must be built from the pinned Dockerfiles")
     for name in TRITON_SERVICES:
         problems += _triton_service(name, services[name], settings) if name in services else []
-    for name in commands.BUILD_TARGETS:
+    for name in BUILD_TARGETS:
         problems += _builder_service(name, services[name], settings) if name in services else []
     if "proxy" in services:
         problems += _proxy_service(services["proxy"], settings)

@@ -9,40 +9,38 @@ import dataclasses
 import hashlib
 import json
 import logging
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 from onnx import TensorProto
 
-from generator.builder.admission import budget_warning, queue_policy
-from generator.builder.config.detector_io import DetectorIO, declared_io, detector_io
-from generator.builder.config.load_rules import check_repository
-from generator.builder.config.model_io import ModelIO, onnxruntime_io
-from generator.builder.config.render import render_models
-from generator.builder.declarations import to_flags, to_record
-from generator.builder.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings, add_nms
-from generator.builder.graph.prefix import SERVED_INPUT, add_normalisation_prefix
-from generator.builder.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
-from generator.builder.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
-from generator.builder.options import BuildOptions, SpecError
-from generator.builder.repository import MARKER as MANIFEST_NAME
-from generator.builder.repository import write_repository
-from generator.builder.service_time import ServiceTime, measure_service_time
+from generator.builder.spec.declarations import to_flags, to_record
+from generator.builder.spec.options import BuildOptions, SpecError
+from generator.builder.stages.admission import budget_warning, queue_policy
+from generator.builder.stages.config.detector_io import DetectorIO, declared_io, detector_io
+from generator.builder.stages.config.load_rules import check_repository
+from generator.builder.stages.config.model_io import ModelIO, onnxruntime_io
+from generator.builder.stages.config.render import render_models
+from generator.builder.stages.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings, add_nms
+from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisation_prefix
+from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
+from generator.builder.stages.repository import MARKER as MANIFEST_NAME
+from generator.builder.stages.repository import write_repository
+from generator.builder.stages.service_time import ServiceTime, measure_service_time
 from generator.demo import DEMO_ONNX
+from generator.model.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
 from generator.serving.contract import GRAPH_NMS_LAYOUT
 from generator.serving.gpu.environment import detector_record
 from generator.serving.gpu.environment import record as preprocess_record
 
+if TYPE_CHECKING:
+    from generator.builder.stages.precision.step import PrecisionTransform
+
 logger = logging.getLogger(__name__)
 _STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
-
-# Turns the FP32 model into the requested precision; set by generator.builder.precision (FP16/INT8).
-PrecisionTransform = Callable[[onnx.ModelProto, DetectorInfo, BuildOptions], tuple[onnx.ModelProto, dict[str, str]]]
-
 
 @dataclass(frozen=True)
 class BuildResult:
@@ -119,24 +117,13 @@ def require_domain_data(onnx_path: Path, options: BuildOptions) -> None:
 
 def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, served_layout: str,
               options: BuildOptions) -> dict[str, bytes]:
-    from generator.evaluation.gate import (
-        DEFAULT_MAX_DROP,
-        ensure_passed,
-        gate_summary,
-        load_control_set,
-        report_files,
-        run_gate,
-    )
+    from generator.builder.stages.gate import accuracy_gate
+    from generator.evaluation.gate import ensure_passed, load_control_set, report_files
 
     gate = options.gate
-    max_drop = gate.max_drop_points if gate.max_drop_points is not None else DEFAULT_MAX_DROP[options.precision]
     control = load_control_set(gate.images, gate.labels, gate.count)
-    with tempfile.TemporaryDirectory(prefix="tde-gate-") as tmp:
-        candidate = Path(tmp) / "served.onnx"
-        onnx.save(served, str(candidate))
-        report = run_gate(onnx_path, candidate, info, control, options.precision, max_drop,
-                          options.iou_threshold, options.max_detections, candidate_layout=served_layout)
-    logger.info("%s", gate_summary(report))
+    report = accuracy_gate(onnx_path, served, info, served_layout, options.precision, control,
+                           gate.max_drop_points, options.iou_threshold, options.max_detections)
     ensure_passed(report)
     return report_files(report)
 
@@ -150,7 +137,7 @@ def admission_record(options: BuildOptions, service: ServiceTime) -> dict[str, o
 def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
               precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
               plan: dict[str, object] | None, service: ServiceTime) -> dict[str, object]:
-    from generator.builder.manifest import Manifest, PlanFacts, Thresholds, hash_files
+    from generator.builder.stages.manifest import Manifest, PlanFacts, Thresholds, hash_files
 
     if options.precision == "fp32":
         validation = "not needed (fp32)"
@@ -250,7 +237,7 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
         if io.warmup is not None:
             files[f"{detector}/warmup/{io.warmup.file}"] = io.warmup.data
         return DetectorBuild(files, io, backend_io)
-    from generator.builder.tensorrt.step import engine_of, tensorrt_detector
+    from generator.builder.stages.tensorrt.step import engine_of, tensorrt_detector
 
     artifacts = tensorrt_detector(served, info_served, options)
     files = {f"{detector}/{path}": data for path, data in artifacts.files.items()}
@@ -285,11 +272,11 @@ def build_repository(
     """Build the whole repository in memory, check it, then write it atomically.
 
     For FP16/INT8 the accuracy gate runs on the served graph first; a failed gate writes nothing.
-    ``precision_transform`` replaces the default precision stage (``generator.builder.precision.step``).
+    ``precision_transform`` replaces the default precision stage (``generator.builder.stages.precision.step``).
     """
     require_domain_data(onnx_path, options)
     if options.target == "tensorrt" and not options.tensorrt.defer_plan:
-        from generator.builder.tensorrt.child import probe_builder
+        from generator.builder.stages.tensorrt.child import probe_builder
 
         probe_builder()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
@@ -297,7 +284,7 @@ def build_repository(
     precision_facts: dict[str, str] = {}
     if options.precision != "fp32":
         if precision_transform is None:
-            from generator.builder.precision.step import make_precision_transform
+            from generator.builder.stages.precision.step import make_precision_transform
 
             precision_transform = make_precision_transform(options.calibration)
         model, precision_facts = precision_transform(model, info, options)

@@ -1,5 +1,5 @@
 """``build``: ONNX in, model repository out. Every build option comes from its declaration in
-``generator.builder.options``."""
+``generator.builder.spec.options``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import argparse
 import logging
 from pathlib import Path
 
-from generator.builder.declarations import add_arguments as add_option_arguments
-from generator.builder.declarations import from_args
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.declarations import add_arguments as add_option_arguments
+from generator.builder.spec.declarations import from_args
+from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
 from generator.errors import GeneratorError
 

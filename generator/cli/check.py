@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from generator.builder.manifest import compare, plan_command, read_manifest, server_flags
+    from generator.builder.stages.manifest import compare, plan_command, read_manifest, server_flags
 
     repository: Path = args.repository
     if not repository.is_dir():
@@ -50,12 +50,12 @@ def run(args: argparse.Namespace) -> int:
     manifest = read_manifest(repository)
     machine = None
     if manifest.plan is not None and not args.files_only:
-        from generator.builder.tensorrt.availability import machine_facts
+        from generator.builder.stages.tensorrt.availability import machine_facts
 
         machine = machine_facts()
     mismatches = compare(manifest, machine, repository)
     if not args.files_only:
-        from generator.builder.manifest import Mismatch
+        from generator.builder.stages.manifest import Mismatch
         from generator.serving.gpu.environment import detector_problems, preprocess_problems
 
         mismatches += [Mismatch("gpu_detector", "detector", p) for p in detector_problems(manifest.extra)]

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from generator.errors import ServerError
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer
-from generator.server.hardening import ADMIN_TOKEN_ENV, GRPC_HEADER_PREFIX, AdminAccess, admin_access
+from generator.server.hardening import AdminAccess, admin_access
 from generator.server.shutdown import EXIT_TIMEOUT_S
 from generator.server.watchdog import Supervisor, WatchdogError, WatchPolicy
+from generator.serving.contract import ADMIN_TOKEN_ENV, GRPC_HEADER_PREFIX
 
 _ENSEMBLE_RE = re.compile(r'^\s*platform\s*:\s*"ensemble"\s*$', re.MULTILINE)
 

@@ -6,17 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from generator.builder.onnx_inspect import inspect_onnx
+from generator.builder.stages.gate import accuracy_gate, served_vs_reference
 from generator.errors import GeneratorError
-from generator.evaluation.gate import (
-    DEFAULT_MAX_DROP,
-    ensure_passed,
-    gate_summary,
-    load_control_set,
-    report_files,
-    run_gate,
-    served_vs_reference,
-)
+from generator.evaluation.gate import ensure_passed, gate_summary, load_control_set, report_files
+from generator.model.onnx_inspect import inspect_onnx
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,15 +42,13 @@ def run(args: argparse.Namespace) -> int:
             f"{candidate} not found: the in-process gate runs ONNX detectors; for a TensorRT plan validate "
             "through the server with --url on the GPU host"
         )
-    precision = manifest["precision"]
-    max_drop = args.max_map_drop if args.max_map_drop is not None else DEFAULT_MAX_DROP[precision]
     info = inspect_onnx(reference_onnx, tuple(manifest["detector"]["image_size"]))
     control = load_control_set(args.images, args.labels, args.count)
     thresholds = manifest["thresholds"]
     # Repositories built before the class reduction record no served layout: they serve the ONNX's own.
     served_layout = manifest["detector"].get("served_layout", info.layout)
-    report = run_gate(reference_onnx, candidate, info, control, precision, max_drop,
-                      thresholds["iou"], thresholds["max_detections"], candidate_layout=served_layout)
+    report = accuracy_gate(reference_onnx, candidate, info, served_layout, manifest["precision"], control,
+                           args.max_map_drop, thresholds["iou"], thresholds["max_detections"])
     for name, content in report_files(report).items():
         (repository / name).write_bytes(content)
     print(gate_summary(report))

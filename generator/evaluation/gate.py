@@ -17,10 +17,10 @@ from typing import Any
 import cv2
 import numpy as np
 
-from generator.builder.onnx_inspect import DetectorInfo
 from generator.errors import GeneratorError
 from generator.evaluation.accuracy import MapResult, coco_map, pseudo_labels
 from generator.evaluation.reference import ImageDetections, ReferencePipeline
+from generator.model.onnx_inspect import DetectorInfo
 from generator.serving.nms import boxes_and_best_scores
 
 # Ultralytics validates at a very low threshold so mAP sees the whole precision-recall curve.
@@ -219,31 +219,15 @@ def gate_summary(report: GateReport) -> str:
 
 def ensure_passed(report: GateReport) -> None:
     if not report.passed:
-        raise AccuracyGateError(
-            gate_summary(report) + "; keep more layers in higher precision, calibrate on more representative "
-            "images (--calib-images), raise --max-map-drop, or build with --precision fp16/fp32"
-        )
+        raise AccuracyGateError(f"{gate_summary(report)}; {_remedy(report.precision)}")
 
 
-
-def served_vs_reference(url: str, model: str, reference_onnx: Path, info: DetectorInfo, control: ControlSet,
-                        conf_threshold: float, iou_threshold: float, max_detections: int
-                        ) -> tuple[MapResult, MapResult]:
-    """mAP of a running server's ensemble and of the FP32 reference at the served thresholds.
-
-    Without labels both are scored against the reference's own detections, so a faithful server scores
-    exactly what the reference does.
-    """
-    from clients import DetectionClient
-
-    ids = [int(record["id"]) for record in control.images]
-    with DetectionClient(url, model=model) as client:
-        served = {i: ImageDetections(r.boxes, r.scores, r.class_ids)
-                  for i, r in zip(ids, client.detect_many(control.data), strict=True)}
-    fp32 = ReferencePipeline(reference_onnx, conf_threshold, iou_threshold, max_detections, info=info)
-    local: dict[int, ImageDetections] = {}
-    for start in range(0, len(ids), 8):
-        chunk = fp32.detect_many(control.data[start : start + 8])
-        local.update(zip(ids[start : start + 8], chunk, strict=True))
-    truth = control.labels or pseudo_labels(control.images, local, info.num_classes)
-    return coco_map(truth, served), coco_map(truth, local)
+def _remedy(precision: str) -> str:
+    """What a user can do about a failed gate, for the precision that failed it."""
+    if precision == "int8":
+        return ("calibrate on more representative images (--calib-images), keep more layers out of INT8 "
+                "(--int8-exclude, --int8-float fp32), raise --max-map-drop, or build with --precision fp16")
+    if precision == "fp16":
+        return ("keep the failing layers in FP32 (--fp16-keep NODE ...), raise --max-map-drop, or build with "
+                "--precision fp32")
+    return "the FP32 graph should match its source: rebuild from the original ONNX"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from generator.builder.onnx_inspect import DetectorInfo, inspect_onnx
+from generator.model.onnx_inspect import DetectorInfo, inspect_onnx
 from generator.serving.batch import prepare_batch, to_float_nchw
 from generator.serving.images import DEFAULT_LIMITS, ImageError, ImageLimits
 from generator.serving.nms import postprocess

@@ -17,12 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from generator.errors import ServerError
+from generator.serving.contract import ADMIN_HEADER, ADMIN_TOKEN_ENV
 
 ADMIN_API_GROUPS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
-ADMIN_HEADER = "admin-key"
-ADMIN_TOKEN_ENV = "TRITON_ADMIN_TOKEN"
-# gRPC metadata key = this prefix + the header name (server: kRestrictedProtocolHeaderTemplate).
-GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 # Characters that survive Triton's "groups:key=value" flag parsing and an HTTP header unchanged.
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9._~-]{16,256}$")

@@ -53,7 +53,7 @@ def to_float_nchw(images: np.ndarray, dtype: np.dtype | type = np.float32) -> np
     """BGR uint8 NHWC -> RGB NCHW scaled to [0, 1], as an Ultralytics export expects.
 
     This mirrors the normalisation prefix the generator adds to the served graph (see
-    ``generator.builder.graph.prefix``), and is used where the original, unwrapped model is run.
+    ``generator.builder.stages.graph.prefix``), and is used where the original, unwrapped model is run.
     """
     rgb = images[..., ::-1].transpose(0, 3, 1, 2).astype(np.float32)
     return (rgb / np.float32(255.0)).astype(dtype, copy=False)

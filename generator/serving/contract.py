@@ -42,6 +42,13 @@ PRIORITY_LEVELS = 2
 PROBE_PRIORITY = 1
 USER_PRIORITY = 2
 
+# The key that opens the restricted admin APIs (generator/server/hardening.py restricts them): HTTP clients send
+# the header ADMIN_HEADER, gRPC clients the metadata key GRPC_HEADER_PREFIX + ADMIN_HEADER (Triton's
+# kRestrictedProtocolHeaderTemplate); servers and tools read the key from ADMIN_TOKEN_ENV.
+ADMIN_HEADER = "admin-key"
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+ADMIN_TOKEN_ENV = "TRITON_ADMIN_TOKEN"
+
 # OpenCV refuses to decode more pixels than this environment variable says; it reads it once, when cv2 is
 # imported. A backstop behind the header checks: the server environment and the preprocess model set it.
 OPENCV_PIXEL_LIMIT_ENV = "OPENCV_IO_MAX_IMAGE_PIXELS"

@@ -3,12 +3,12 @@
 Supported head layouts (batch first):
 - ``v8``: [N, 4 + nc, A] -- cx, cy, w, h in input pixels, then per-class scores (YOLOv8/11/12).
 - ``v8_reduced``: [N, 6, A] -- cx, cy, w, h, best class score, best class id (as a float): a v8 head whose
-  class max/arg-max the served graph already took (generator.builder.graph.suffix). Never inferred from a shape:
+  class max/arg-max the served graph already took (generator.builder.stages.graph.suffix). Never inferred from a shape:
   [N, 6, A] is also a genuine two-class v8 head.
 - ``v5``: [N, A, 5 + nc] -- cx, cy, w, h, objectness, per-class scores (YOLOv5/v7).
 - ``end2end``: [N, K, 6] -- x1, y1, x2, y2, score, class; already NMS-free (YOLOv10/26 end-to-end).
 - ``graph_nms``: [N, max_det, 6] -- the same rows from a served graph that ran NMS itself
-  (generator.builder.graph.nms), sorted by score, zero rows past each image's count.
+  (generator.builder.stages.graph.nms), sorted by score, zero rows past each image's count.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ COORDINATE_LIMIT = 1e5
 
 @dataclass(frozen=True)
 class Detections:
-    """Padded batch outputs in the ensemble's contract (see DESIGN.md, Ensemble I/O)."""
+    """Padded batch outputs in the ensemble's contract (contract.py; README, "The ensemble contract")."""
 
     num_detections: np.ndarray  # int32 [N, 1]
     boxes: np.ndarray  # float32 [N, max_det, 4], x1 y1 x2 y2 in source pixels

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.contract import admin_headers
-from generator.server.hardening import ADMIN_TOKEN_ENV
+from generator.serving.contract import ADMIN_TOKEN_ENV
 
 from ..errors import MetricsError
 from ..images import DEFAULT_SIZES, build_corpus

@@ -1,4 +1,4 @@
-"""No function in the shipped packages grows past 80 lines (STYLE.md asks for about 60)."""
+"""No function in the shipped packages grows past 80 lines (CONTRIBUTING.md asks for about 60)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def test_installed_stubs_become_parseable(tmp_path):
 
 @pytest.mark.slow
 def test_tensorrt_code_type_checks_against_the_real_api(tmp_path):
-    """With the repaired stubs TensorRT types are real (not Any), and generator/builder/tensorrt passes."""
+    """With the repaired stubs TensorRT types are real (not Any), and generator/builder/stages/tensorrt passes."""
     import shutil
     import subprocess
     import sys
@@ -70,6 +70,6 @@ def test_tensorrt_code_type_checks_against_the_real_api(tmp_path):
     )
     assert 'Argument 1 to "Builder" has incompatible type "int"; expected "ILogger"' in wrong.stdout
     ours = subprocess.run(
-        [*base, "generator/builder/tensorrt"], cwd=root, env=env, capture_output=True, text=True, check=False
+        [*base, "generator/builder/stages/tensorrt"], cwd=root, env=env, capture_output=True, text=True, check=False
     )
     assert ours.returncode == 0, ours.stdout

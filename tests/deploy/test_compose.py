@@ -192,6 +192,14 @@ def _mutate(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], Non
 _DELETE = object()
 
 
+def _set_flag(service: str, flag: str, value: str) -> Callable[[dict[str, Any]], None]:
+    """Change the value after ``flag`` in a service's command."""
+    def apply(doc: dict[str, Any]) -> None:
+        command = doc["services"][service]["command"]
+        command[command.index(flag) + 1] = value
+    return apply
+
+
 @pytest.mark.parametrize(
     ("mutation", "expected"),
     [
@@ -221,8 +229,10 @@ _DELETE = object()
         (_mutate(("services", "triton-cpu", "healthcheck", "test", 7), "yolo_detector"), "--model must be yolo"),
         (_mutate(("services", "triton", "depends_on", "builder", "condition"), "service_started"), "depends_on"),
         (_mutate(("services", "triton", "deploy"), _DELETE), "GPU reservation"),
-        (_mutate(("services", "builder-cpu", "command", 4), "tensorrt"), "--target must be onnxruntime"),
-        (_mutate(("services", "builder", "command", 18), "999"), "--max-image-pixels"),
+        (_set_flag("builder-cpu", "--target", "tensorrt"), "--target is 'tensorrt', the settings say 'onnxruntime'"),
+        (_set_flag("builder", "--max-image-pixels", "999"), "--max-image-pixels is 999"),
+        (_set_flag("builder", "--max-queue-ms", "5000"), "--max-queue-ms is 5000"),
+        (_set_flag("builder", "--onnx", "/tmp/other.onnx"), "--onnx must be /opt/detector/model.onnx"),
         (_mutate(("services", "builder", "volumes", 0, "read_only"), True), "writable"),
         (_mutate(("services", "grafana", "profiles"), ["gpu"]), "profiles"),
     ],

@@ -117,3 +117,29 @@ def test_images_install_their_extra_and_nothing_of_the_others() -> None:
     assert '"/opt/project[loadtest]"' in rendered["docker/loadtest.Dockerfile"]
     assert "COPY clients" not in rendered["docker/builder.Dockerfile"]
     assert "COPY loadtest" not in rendered["docker/triton.Dockerfile"]
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "onnxruntime"])
+def test_builder_flags_are_the_option_declarations_read_back(target: str) -> None:
+    """One source: the builder's command parses back, through the generator's declarations, into the very
+    options the settings describe (and every flag in it is a declared build option)."""
+    from deploy.commands import build_args
+    from deploy.settings import build_options
+    from generator.builder.spec.declarations import from_argv
+    from generator.builder.spec.options import BuildOptions, SpecError
+
+    settings = Settings(validate_images="data/val", validate_labels="data/val.json", version_compatible=True,
+                        max_queue_ms=400, reduce_head=False)
+    words = build_args(settings, target)  # type: ignore[arg-type]
+    assert words[:2] == ["--onnx", "/opt/detector/model.onnx"]
+    assert from_argv(BuildOptions, words[2:], SpecError) == build_options(settings, target)  # type: ignore[arg-type]
+    assert "--validate-images" in words and "/opt/detector/validate" in words
+
+
+def test_the_builder_image_carries_the_gate_and_calibration_images() -> None:
+    settings = Settings(detector_onnx="models/street.onnx", precision="int8", validate_images="data/val",
+                        calib_images="data/calib")
+    dockerfile = render_all(settings)["docker/builder.Dockerfile"]
+    assert "COPY data/val /opt/detector/validate" in dockerfile
+    assert "COPY data/calib /opt/detector/calibrate" in dockerfile
+    assert "COPY" not in render_all(Settings())["docker/builder.Dockerfile"].split("COPY ${DETECTOR_ONNX}")[1]

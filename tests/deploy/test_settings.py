@@ -36,7 +36,7 @@ def test_model_names_follow_the_generator_contract() -> None:
 @pytest.mark.parametrize("name", ["yolo", "Yolo-v8", "det_2", "a" * 64])
 def test_the_model_name_rule_is_the_generators(name: str) -> None:
     """One rule: every name `generator build --name` accepts deploys, and nothing else does."""
-    from generator.builder.options import validate_model_name
+    from generator.builder.spec.options import validate_model_name
 
     assert validate_model_name(name) == Settings(model_name=name).model_name
 
@@ -117,3 +117,34 @@ def test_settings_file_must_be_a_mapping(tmp_path: Path) -> None:
     config.write_text("- max_batch\n")
     with pytest.raises(SettingsError, match="mapping"):
         load_settings(config)
+
+
+@pytest.mark.parametrize("key", ["namespace", "admin_header", "kubernetes_version", "triton_release",
+                                 "prometheus_namespace"])
+def test_a_trailing_newline_is_not_a_valid_name(key: str) -> None:
+    """``re.match`` with ``$`` accepts "name\\n": every pattern check here matches the whole value."""
+    with pytest.raises(SettingsError):
+        apply_overrides(Settings(), {key: getattr(Settings(), key) + "\n"})
+
+
+@pytest.mark.parametrize(("overrides", "setting"), [
+    ({"max_batch": 5000}, "max_batch"),
+    ({"max_queue_ms": 10**9}, "max_queue_ms"),
+    ({"max_image_pixels": 1 << 30}, "max_image_pixels"),
+    ({"nms_in_graph": True, "max_detections": 5000}, "max_detections"),
+    ({"cpu_precision": "fp64"}, "cpu_precision"),
+])
+def test_the_generator_decides_what_a_build_setting_may_be_and_the_error_names_the_setting(
+        overrides: dict[str, object], setting: str) -> None:
+    with pytest.raises(SettingsError, match=rf"^{setting}\b.*--"):
+        apply_overrides(Settings(), overrides)
+
+
+def test_your_own_model_needs_its_gate_images_or_an_explicit_skip() -> None:
+    own = {"detector_onnx": "models/street.onnx"}
+    with pytest.raises(SettingsError, match="validate_images"):
+        apply_overrides(Settings(), own)
+    assert apply_overrides(Settings(), {**own, "accuracy_gate": "false"}).accuracy_gate is False
+    assert apply_overrides(Settings(), {**own, "precision": "fp32"}).precision == "fp32"
+    with pytest.raises(SettingsError, match="calib_images"):
+        apply_overrides(Settings(), {**own, "precision": "int8", "validate_images": "data/val"})

@@ -70,11 +70,11 @@ def test_pod_memory_limit_includes_the_memory_backed_shm() -> None:
 def test_shm_terms_are_the_tensors_the_generator_really_builds(tmp_path: Path, normalise_in: str,
                                                                reduce_head: bool, nms_in_graph: bool) -> None:
     """Build the demo with the same options and read the dims and dtypes from the configs Triton will load."""
-    from generator.builder.config.render import parse_config
-    from generator.builder.onnx_inspect import inspect_onnx
-    from generator.builder.options import BuildOptions
     from generator.builder.pipeline import build_repository
+    from generator.builder.spec.options import BuildOptions
+    from generator.builder.stages.config.render import parse_config
     from generator.demo import DEMO_ONNX
+    from generator.model.onnx_inspect import inspect_onnx
 
     demo = inspect_onnx(Path(DEMO_ONNX))  # the bundled demo's own input size and classes
     assert demo.image_size[0] == demo.image_size[1]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
 
 
 @pytest.fixture(scope="session")

@@ -249,7 +249,7 @@ def test_ensemble_config_carries_class_names(triton_server, reference) -> None:
 
 def test_both_head_layouts_are_served(triton_server) -> None:
     """The dynamic ensemble sends the reduced head to NMS, the static one the full v8 head."""
-    from generator.builder.onnx_inspect import inspect_onnx
+    from generator.model.onnx_inspect import inspect_onnx
 
     head = inspect_onnx(triton_server.onnx_path).output.shape  # [N, 4 + nc, A]
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)

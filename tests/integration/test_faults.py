@@ -38,8 +38,8 @@ from clients import (
     RetryPolicy,
     ServerUnavailableError,
 )
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
 from generator.server import watchdog
 from generator.server.embedded import EmbeddedServer
 from generator.server.hardening import admin_access
@@ -270,7 +270,7 @@ def fragile(demo_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """`hang` (a Python model that sleeps) and `yolo_q1` (the demo with queues of one request per step).
 
     A budget of 5 s for batches said to take 20 s sizes every queue to its floor, one batch of one image; user
-    traffic waits at priority level 2, the watchdog's probe at 1 (generator.builder.admission).
+    traffic waits at priority level 2, the watchdog's probe at 1 (generator.builder.stages.admission).
     """
     root = tmp_path_factory.mktemp("fragile")
     build_repository(demo_onnx, root / "q1", BuildOptions(name="yolo_q1", max_batch=1, max_queue_ms=5000,

@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
 from generator.errors import ServerError
 from generator.evaluation.reference import ReferencePipeline
 from generator.server.embedded import EmbeddedServer
 from generator.serving.gpu.environment import detector_problems, manifest_problems
-from loadtest.gpu_corpus import bad_images
 from tests.conftest import free_port
+from tests.fixtures.image_corpus import bad_images
 from tests.integration.test_ensemble import infer, scene_bytes
 
 RESULTS = "docs/results/gpu/2026-12-02-h200-detector-proof.json"

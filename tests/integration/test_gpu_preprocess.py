@@ -1,6 +1,6 @@
 """--preprocess-device gpu served by the embedded Triton next to the CPU preprocess (needs a CUDA GPU).
 
-CI has no GPU, so this skips there; loadtest/gpu_proof.py ran the same comparison (and more) on the lent H200:
+CI has no GPU, so this skips there; tools/gpu/gpu_proof.py ran the same comparison (and more) on the lent H200:
 docs/results/gpu/2026-12-01-h200-proof.json, commands in docs/results/gpu/README.md.
 """
 
@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
 from generator.server.embedded import EmbeddedServer
 from generator.serving.gpu.environment import manifest_problems
-from loadtest.gpu_corpus import bad_images, zoo
 from tests.conftest import free_port
+from tests.fixtures.image_corpus import bad_images, zoo
 from tests.integration.test_ensemble import infer, scene_bytes
 
 RESULTS = "docs/results/gpu/2026-12-01-h200-proof.json"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
 from generator.evaluation.reference import ReferencePipeline
 from generator.server.embedded import EmbeddedServer

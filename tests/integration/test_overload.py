@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
 from generator.server.embedded import EmbeddedServer
 from generator.serving.contract import OPENCV_PIXEL_LIMIT, OPENCV_PIXEL_LIMIT_ENV, PROBE_PRIORITY
 from generator.synthetic import encode, make_scene

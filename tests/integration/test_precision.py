@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.builder.onnx_inspect import inspect_onnx
-from generator.builder.options import BuildOptions, GateOptions, PrecisionOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions, GateOptions, PrecisionOptions
 from generator.cli import main
 from generator.evaluation.reference import ReferencePipeline
+from generator.model.onnx_inspect import inspect_onnx
 from generator.server.embedded import EmbeddedServer
 from generator.synthetic import encode, make_scene
 from tests.conftest import free_port
@@ -73,7 +73,7 @@ def test_build_passes_the_gate_at_the_documented_threshold(precision_repositorie
 def test_served_graph_is_what_tensorrt_parses(precision_repositories, precision) -> None:
     import onnx
 
-    from generator.builder.precision.tensorrt_compat import find_incompatibilities
+    from generator.builder.stages.precision.tensorrt_compat import find_incompatibilities
 
     repository = precision_repositories[precision]
     model = onnx.load(str(repository / f"yolo_{precision}_detector" / "1" / "model.onnx"))

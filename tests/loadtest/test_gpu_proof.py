@@ -12,8 +12,8 @@ import struct
 import numpy as np
 
 from generator.serving.contract import BOXES, CLASSES, NUM_DETECTIONS, SCORES
-from loadtest.gpu_http import decode_response, encode_images, infer_body
-from loadtest.gpu_proof import compare_detections
+from tools.gpu.gpu_http import decode_response, encode_images, infer_body
+from tools.gpu.gpu_proof import compare_detections
 
 
 def test_bytes_are_length_prefixed_like_tritonclient() -> None:

@@ -56,6 +56,6 @@ if [ "${REBUILD:-0}" = 1 ] || [ ! -s "$G/data/reference.json" ]; then
   rm -rf "$G/data" && (cd "$HERE" && python -m tools.gpu.detector_repos --out "$G/data" --yolov8n "$YOLOV8N")
 fi
 rm -rf "$G/src" && mkdir -p "$G/src"
-git -C "$HERE" archive HEAD generator loadtest tools pyproject.toml | tar -x -C "$G/src"
+git -C "$HERE" archive HEAD generator loadtest tools tests/__init__.py tests/fixtures pyproject.toml | tar -x -C "$G/src"
 cp "$HERE/tools/gpu/detector_device.sh" "$G/"
 du -sh "$G"/* | sed "s|$CHECKOUT/||"

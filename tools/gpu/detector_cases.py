@@ -55,7 +55,7 @@ CASES: dict[str, Case] = {
 
 def build_options(name: str, case: Case, calib_images: Path | None) -> Any:
     """The case's ``BuildOptions``: GPU detector, batches up to 32 unless the defaults are the point."""
-    from generator.builder.options import BuildOptions, GateOptions, PrecisionOptions
+    from generator.builder.spec.options import BuildOptions, GateOptions, PrecisionOptions
 
     options: dict[str, Any] = {**NO_SHEDDING, **case.options}
     int8_float = options.pop("int8_float", "auto")
@@ -70,8 +70,8 @@ def build_options(name: str, case: Case, calib_images: Path | None) -> Any:
 
 def images() -> dict[str, bytes]:
     """The demo scenes at four sizes and one image per accepted format, by name."""
-    from loadtest.gpu_corpus import zoo
-    from loadtest.gpu_proof import demo_scenes
+    from tests.fixtures.image_corpus import zoo
+    from tools.gpu.gpu_proof import demo_scenes
 
     return {**{f"scene-{i}": data for i, data in enumerate(demo_scenes())}, **zoo()}
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from generator.serving.contract import BOXES, CLASSES, NUM_DETECTIONS, SCORES
-from loadtest.gpu_http import InferError, TritonHttp, decode_response
 from tools.gpu.detector_cases import CASES, HEAD_IMAGES, images, tensor_digest
+from tools.gpu.gpu_http import InferError, TritonHttp, decode_response
 
 IOU_MATCH = 0.9
 
@@ -168,7 +168,7 @@ def heads(client: TritonHttp, named: dict[str, bytes], reference: dict[str, Any]
 def hostile(url: str, good: bytes, ensembles: Sequence[str]) -> dict[str, Any]:
     """Each bad image alone (the CPU path's message, then a valid request), then mixed with good ones at once."""
     from generator.serving.batch import prepare_batch
-    from loadtest.gpu_corpus import bad_images
+    from tests.fixtures.image_corpus import bad_images
 
     client = TritonHttp(url)
     bad = bad_images()

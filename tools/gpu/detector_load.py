@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from generator.serving.contract import OUTPUTS
-from loadtest.gpu_http import InferError, Load, TritonHttp, drive
 from tools.gpu.detector_checks import infer_tensor, input_size
+from tools.gpu.gpu_http import InferError, Load, TritonHttp, drive
 
 STEPS = ("preprocess", "detector", "nms")
 BATCHES = (1, 8, 32)

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.gpu_http import TritonHttp
-from loadtest.gpu_probe import Probe
 from tools.gpu import detector_checks as checks
 from tools.gpu import detector_load as load
 from tools.gpu.detector_cases import CASES, load_reference
 from tools.gpu.detector_repos import restore
+from tools.gpu.gpu_http import TritonHttp
+from tools.gpu.gpu_probe import Probe
 
 CUDA_POOL_BYTES = 2 << 30
 # One repository per distinct served graph, for the per-graph sections.
@@ -92,7 +92,7 @@ def serve(repos: Path, out: Path, stub_pythonpath: str) -> Any:
 
 def detector_configs(client: TritonHttp, names: Sequence[str]) -> dict[str, Any]:
     """Each detector's instance groups and parameters as the server loaded them."""
-    from loadtest.gpu_http import InferError
+    from tools.gpu.gpu_http import InferError
 
     result: dict[str, Any] = {}
     for name in names:

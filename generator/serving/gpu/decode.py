@@ -25,7 +25,7 @@ class DecoderOptions:
     # Measured on the H200 (whole prepare_batch, 1280x720, batch 8 / 32): hardware 4,368 / 6,346 img/s, auto
     # 2,450 / 477 (its CUDA share decodes Huffman on one host thread); docs/results/gpu/.
     backend: str = "hardware"
-    hardware_load: float = 0.9  # DALI's default split; measured on the H200 by loadtest.gpu_probe
+    hardware_load: float = 0.9  # DALI's default split; measured on the H200 by tools.gpu.gpu_probe
     # Re-balance the split between the two every batch to minimise idle time (nvImageCodec's adaptive policy).
     adaptive_load: bool = False
     # libjpeg's smooth chroma upsampling, which OpenCV uses; nvJPEG's CUDA default replicates chroma samples.

@@ -16,15 +16,15 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from generator.builder.config.render import check_ensemble_wiring
-from generator.builder.graph.prefix import SERVED_INPUT
-from generator.builder.graph.suffix import REDUCED_OUTPUT
-from generator.builder.options import BuildOptions, PrecisionOptions, SpecError
 from generator.builder.pipeline import build_repository, is_demo
+from generator.builder.spec.options import BuildOptions, PrecisionOptions, SpecError
+from generator.builder.stages.config.render import check_ensemble_wiring
+from generator.builder.stages.graph.prefix import SERVED_INPUT
+from generator.builder.stages.graph.suffix import REDUCED_OUTPUT
 from generator.demo import DEMO_ONNX
 from generator.errors import ConfigError, GeneratorError, ModelInspectionError
 from generator.serving.batch import to_float_nchw
-from tests.generator.onnx_factory import make_bad_rank_model, make_detector, save, ultralytics_metadata
+from tests.fixtures.onnx_factory import make_bad_rank_model, make_detector, save, ultralytics_metadata
 from tests.generator.serving.test_nms import reduce_v8
 
 PIPELINE = Path(__file__).resolve().parents[3] / "generator" / "serving"
@@ -248,8 +248,8 @@ def test_the_demo_is_recognised_by_content(tmp_path: Path) -> None:
 
 def test_static_batch_one_export_loads_on_onnxruntime(tmp_path: Path) -> None:
     """Ultralytics' default static export: the ONNX Runtime backend needs a dynamic first dim for batching."""
-    from generator.builder.config.load_rules import repository_violations
-    from generator.builder.config.model_io import onnxruntime_io
+    from generator.builder.stages.config.load_rules import repository_violations
+    from generator.builder.stages.config.model_io import onnxruntime_io
 
     path = save(make_detector(batch=1, metadata=ultralytics_metadata()), tmp_path / "static1.onnx")
     repo = build_repository(path, tmp_path / "repo", BuildOptions(target="onnxruntime", max_batch=8)).output
@@ -326,7 +326,7 @@ def unresolved_head_model() -> onnx.ModelProto:
 def test_onnxruntime_config_follows_what_onnxruntime_reports(tmp_path: Path) -> None:
     """ONNX Runtime reports the unresolved dim as -1, and the backend compares outputs exactly
     (onnxruntime_utils.cc CompareDimsSupported); the size learnt by running the model would not load."""
-    from generator.builder.config.model_io import onnxruntime_io
+    from generator.builder.stages.config.model_io import onnxruntime_io
 
     path = save(unresolved_head_model(), tmp_path / "unresolved.onnx")
     repo = build_repository(path, tmp_path / "repo", BuildOptions(target="onnxruntime")).output

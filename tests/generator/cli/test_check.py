@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from generator.builder.manifest import MANIFEST_NAME, Manifest, PlanFacts, Thresholds, hash_repository
-from generator.builder.options import BuildOptions, TensorRTOptions
 from generator.builder.pipeline import build_repository
-from generator.builder.tensorrt.availability import machine_facts
+from generator.builder.spec.options import BuildOptions, TensorRTOptions
+from generator.builder.stages.manifest import MANIFEST_NAME, Manifest, PlanFacts, Thresholds, hash_repository
+from generator.builder.stages.tensorrt.availability import machine_facts
 from generator.cli import check, main
-from tests.generator.builder.tensorrt.fake_child import use_fake_child
-from tests.generator.builder.tensorrt.fake_libnvinfer import build_libnvinfer, fake_nvidia_smi
-from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
+from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
+from tests.generator.builder.stages.tensorrt.fake_child import use_fake_child
+from tests.generator.builder.stages.tensorrt.fake_libnvinfer import build_libnvinfer, fake_nvidia_smi
 
 PROJECT = Path(__file__).resolve().parents[3]
 

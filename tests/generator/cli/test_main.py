@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from generator.cli import main
-from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
+from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
 
 ROOT = Path(__file__).resolve().parents[3]
 

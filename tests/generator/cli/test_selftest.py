@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
-from generator.builder.tensorrt.availability import query_gpus, tensorrt_problem
-from generator.builder.tensorrt.selftest import (
+from generator.builder.selftest import (
     ExternalServer,
     find_tritonserver,
     prerequisites,
     serve_and_compare,
 )
+from generator.builder.spec.options import BuildOptions
+from generator.builder.stages.tensorrt.availability import query_gpus, tensorrt_problem
 from generator.cli import main
 from generator.demo import DEMO_ONNX
 from generator.server.embedded import EmbeddedServer, ensure_server

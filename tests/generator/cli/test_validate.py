@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
 from generator.cli import main
-from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
+from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
 
 
 def test_validate_measures_the_reduced_served_graph(tmp_path: Path, capsys) -> None:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from generator.builder.graph.prefix import add_normalisation_prefix
-from generator.builder.graph.suffix import add_class_reduction
-from generator.builder.onnx_inspect import inspect_onnx
+from generator.builder.stages.graph.prefix import add_normalisation_prefix
+from generator.builder.stages.graph.suffix import add_class_reduction
 from generator.evaluation.gate import ControlSet, run_gate, synthetic_control_set
-from tests.generator.onnx_factory import make_detector, save, ultralytics_metadata
+from generator.model.onnx_inspect import inspect_onnx
+from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
 
 NAMES = ("a", "b", "c")
 

@@ -286,7 +286,7 @@ def test_an_absurd_box_does_not_disable_suppression_for_the_batch() -> None:
     np.testing.assert_array_equal(batched.boxes[1], alone.boxes[0])
 
 
-# --- v8_reduced: the v8 head after the served graph's class max/arg-max (generator.builder.graph.suffix) ------
+# --- v8_reduced: the v8 head after the served graph's class max/arg-max (generator.builder.stages.graph.suffix) ------
 
 
 def reduce_v8(raw: np.ndarray) -> np.ndarray:

@@ -60,6 +60,6 @@ def test_a_limit_from_the_server_environment_wins(model_dir: Path) -> None:
 
 
 def test_the_backstop_is_above_every_accepted_image() -> None:
-    from generator.builder.options import ImageLimitOptions
+    from generator.builder.spec.options import ImageLimitOptions
 
     assert OPENCV_PIXEL_LIMIT == 16384 * 16384 >= ImageLimitOptions().max_pixels

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from generator.serving.runner import OnnxRunner
-from tests.generator.onnx_factory import make_detector, save
+from tests.fixtures.onnx_factory import make_detector, save
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from generator.serving.gpu.batch import (
 )
 from generator.serving.gpu.routing import gpu_decodable
 from generator.serving.images import DEFAULT_LIMITS, check_header
-from loadtest.gpu_corpus import bad_images, encode, scene, with_exif, zoo
+from tests.fixtures.image_corpus import bad_images, encode, scene, with_exif, zoo
 
 from .host_model import host_parts
 

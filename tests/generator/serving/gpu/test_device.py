@@ -1,6 +1,6 @@
 """On a CUDA GPU only: the real kernel and nvImageCodec against the CPU path.
 
-CI has no GPU, so these skip there; they ran on the lent H200 (``loadtest/gpu_probe.py`` runs them), and
+CI has no GPU, so these skip there; they ran on the lent H200 (``tools/gpu/gpu_probe.py`` runs them), and
 the results are committed in docs/results/gpu/2026-12-01-h200-probe.json.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from generator.serving.batch import prepare_batch
 from generator.serving.gpu.decode import DecodedImage
 from generator.serving.gpu.geometry import letterbox_reference, plan_image
-from loadtest.gpu_corpus import bad_images, encode, scene, with_exif, zoo
+from tests.fixtures.image_corpus import bad_images, encode, scene, with_exif, zoo
 
 RESULTS = "docs/results/gpu/2026-12-01-h200-probe.json"
 

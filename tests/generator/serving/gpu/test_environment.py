@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from generator.builder.options import BuildOptions
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
 from generator.cli import main
 from generator.demo import DEMO_ONNX
 from generator.serving.gpu.environment import (

@@ -21,7 +21,7 @@ from generator.serving.gpu.geometry import (
 )
 from generator.serving.images import ImageHeader, decode_image, reduction_factor
 from generator.serving.letterbox import letterbox
-from loadtest.gpu_corpus import encode, scene, with_exif
+from tests.fixtures.image_corpus import encode, scene, with_exif
 
 SIZES = [
     (480, 640), (640, 480), (640, 640), (1080, 1920), (720, 1280), (427, 640), (333, 500),

@@ -8,7 +8,7 @@ import pytest
 
 from generator.serving.gpu.routing import gpu_decodable, jpeg_frame, upright_size
 from generator.serving.images import DEFAULT_LIMITS, check_header, read_header
-from loadtest.gpu_corpus import adobe_app14, encode, patch_frame, scene, with_exif, with_segment, zoo
+from tests.fixtures.image_corpus import adobe_app14, encode, patch_frame, scene, with_exif, with_segment, zoo
 
 GPU_FORMATS = {"jpeg", "jpeg-progressive", "jpeg-gray", "jpeg-444", "jpeg-exif6", "jpeg-exif3"}
 

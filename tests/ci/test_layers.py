@@ -1,0 +1,161 @@
+"""The layer rule of docs/ARCHITECTURE.md, executable: imports only go down, and nothing imports in a circle.
+
+Every import counts, also those inside functions (lazy imports hide a circle at run time, not in the design)
+and those under ``TYPE_CHECKING``. The floors are read from the ``layers`` block of docs/ARCHITECTURE.md, so
+the page and the rule cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("generator", "clients", "loadtest", "deploy", "tools")
+STAGES = "generator.builder.stages"
+
+
+def floors() -> list[set[str]]:
+    """Units per floor, top first, from the ```layers block of docs/ARCHITECTURE.md."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    block = re.search(r"```layers\n(.*?)```", text, re.S)
+    assert block, "docs/ARCHITECTURE.md has no ```layers block"
+    rows = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    return [set(row.replace(",", " ").split()) for row in rows if row]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imported(path: Path, known: dict[str, Path]) -> Iterator[str]:
+    """The project modules ``path`` imports (``from a import b`` counts ``a.b`` when that is a module)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [n for n in names if n in known] or [node.module]
+        else:
+            continue
+        yield from (n for n in names if n in known)
+
+
+def unit_of(module: str, units: set[str]) -> str:
+    """The longest unit that is ``module`` or contains it (stage packages count one by one)."""
+    if module.startswith(STAGES + "."):
+        return ".".join(module.split(".")[:4])
+    best = max((u for u in units if module == u or module.startswith(u + ".")), key=len, default=None)
+    assert best is not None, f"{module} belongs to no floor of docs/ARCHITECTURE.md"
+    return best
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {module: set(imported(path, known)) - {module} for module, path in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def unit_edges() -> dict[str, set[str]]:
+    units = set().union(*floors()) | {STAGES}
+    edges: dict[str, set[str]] = defaultdict(set)
+    for module, targets in graph().items():
+        source = unit_of(module, units)
+        for target in targets:
+            if (dest := unit_of(target, units)) != source:
+                edges[source].add(dest)
+    return edges
+
+
+def floor_of(unit: str, table: list[set[str]]) -> int:
+    key = STAGES if unit.startswith(STAGES + ".") else unit
+    return next(i for i, row in enumerate(table) if key in row)
+
+
+def test_no_module_imports_itself_in_a_circle() -> None:
+    assert cycles(graph()) == []
+
+
+def violations(edges: dict[str, set[str]], table: list[set[str]]) -> list[str]:
+    """Imports that go up a floor, or sideways between two units of one floor (stage packages excepted)."""
+    found = []
+    for source, targets in edges.items():
+        for target in targets:
+            up, down = floor_of(source, table), floor_of(target, table)
+            sideways = up == down and STAGES not in table[up]
+            if down < up or sideways:
+                found.append(f"{source} -> {target}")
+    return sorted(found)
+
+
+def test_imports_only_go_down_the_floors() -> None:
+    assert violations(unit_edges(), floors()) == [], "see docs/ARCHITECTURE.md, 'Layers'"
+
+
+def test_the_rule_catches_upward_and_sideways_imports() -> None:
+    table = [{"generator.cli"}, {STAGES}, {"clients", "generator.server"}]
+    edges = {"generator.server": {"generator.cli", "clients"}, f"{STAGES}.gate": {f"{STAGES}.config", "clients"}}
+    assert violations(edges, table) == ["generator.server -> clients", "generator.server -> generator.cli"]
+
+
+def test_builder_stages_never_import_each_other_in_a_circle() -> None:
+    stages = {u: {t for t in ts if t.startswith(STAGES + ".")} for u, ts in unit_edges().items()
+              if u.startswith(STAGES + ".")}
+    assert cycles(stages) == []
+
+
+def test_clients_need_only_the_dependency_free_contract() -> None:
+    contract = "generator.serving.contract"
+    needed = {t for m, ts in graph().items() if m.split(".")[0] == "clients" for t in ts
+              if t.split(".")[0] == "generator"}
+    assert needed == {contract}
+    assert graph()[contract] == set(), "the contract module imports nothing of the project"
+
+
+def test_lazy_and_type_checking_imports_count(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a.b import C\n"
+                      "def f():\n    import a.d\n")
+    known = {"a.b": source, "a.d": source}
+    assert sorted(imported(source, known)) == ["a.b", "a.d"]

@@ -1,0 +1,45 @@
+"""The queue policy sized from the latency budget: the numbers every composing step's batcher gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from generator.builder.stages.admission import CONTENTION_FACTOR, budget_warning, queue_policy, queue_size
+
+
+@pytest.mark.parametrize(("budget_ms", "batch", "batch_ms", "expected"), [
+    (250, 8, 50, 20),  # 250 ms serve 5 batches of 8 = 40 images, halved for contention
+    (250, 8, 65, 15),  # floor, never more than the pipeline serves in the budget
+    (1000, 1, 10, 50),
+    (100, 8, 400, 8),  # slower than the budget: still one full batch, or nothing could be batched
+    (250, 8, None, 16),  # nothing measured: two batches
+])
+def test_queue_holds_what_the_pipeline_serves_in_the_budget(budget_ms: float, batch: int,
+                                                            batch_ms: float | None, expected: int) -> None:
+    assert queue_size(budget_ms, batch, batch_ms) == expected
+
+
+def test_queue_drains_within_the_budget_at_the_contended_rate() -> None:
+    for budget_ms in (50.0, 250.0, 1000.0):
+        for batch_ms in (5.0, 33.0, 120.0):
+            size = queue_size(budget_ms, 8, batch_ms)
+            drain_ms = size / 8 * batch_ms * CONTENTION_FACTOR
+            assert drain_ms <= budget_ms or size == 8
+
+
+def test_policy_rejects_after_the_budget_and_keeps_two_priority_levels() -> None:
+    policy = queue_policy(250.0, 8, 50.0)
+    assert policy.timeout_us == 250_000
+    assert (policy.priority_levels, policy.default_priority_level) == (2, 2)
+    assert policy.probe_priority_level == 1
+    assert policy.to_json() == {"default_timeout_microseconds": 250_000, "max_queue_size": 20,
+                                "priority_levels": 2, "default_priority_level": 2, "probe_priority_level": 1}
+    assert queue_policy(0.4, 8, None).timeout_us == 400  # sub-millisecond budgets round to microseconds
+
+
+def test_a_budget_shorter_than_one_batch_is_reported() -> None:
+    assert budget_warning(250.0, 100.0) is None
+    warning = budget_warning(250.0, 200.0)
+    assert warning is not None
+    assert "--max-queue-ms 250 is shorter than one full batch under load (about 400 ms)" in warning
+    assert "raise --max-queue-ms or lower --max-batch" in warning
