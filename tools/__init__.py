@@ -1,0 +1,1 @@
+"""Code that is not installed: lab tools for the lent GPU machines (tools/gpu/)."""

@@ -33,6 +33,7 @@ from generator.builder.stages.service_time import ServiceTime, measure_service_t
 from generator.demo import DEMO_ONNX
 from generator.model.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
 from generator.serving.contract import GRAPH_NMS_LAYOUT
+from generator.serving.gpu.environment import detector_record
 from generator.serving.gpu.environment import record as preprocess_record
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
                 "normalise_in": options.normalise_in,
                 "reduced_decode": options.reduced_decode,
                 "nms_in_graph": options.nms_in_graph,
+                **detector_record(options.detector_device, options.target == "embedded"),
             },
             "preprocess": preprocess_record(options.preprocess_device),
             "precision_facts": precision_facts,

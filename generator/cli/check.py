@@ -6,10 +6,12 @@ TensorRT plan is also compared with this machine's TensorRT library (``libnvinfe
 TensorRT backend will deserialise the plan with; no ``tensorrt`` Python package needed), CUDA driver
 and GPUs; where there is no TensorRT that comparison cannot be made, which is a failure (a plan that
 was not checked is not known to load) unless ``--files-only`` asks for the file check alone. A
-repository whose plan is still to be built (``--defer-plan``) says which command builds it.
+repository whose plan is still to be built (``--defer-plan``) says which command builds it. A repository
+whose Python steps run on the GPU (``--preprocess-device gpu``, ``--target embedded --device gpu``) is checked
+for the packages they import and a GPU they can use (``generator.serving.gpu.environment``).
 
-Only the standard library is imported, so the check runs in a Triton image with just this project's
-source on ``PYTHONPATH``.
+Only the standard library is imported (and, for those GPU steps, the packages they need), so the check runs
+in a Triton image with just this project's source on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ def run(args: argparse.Namespace) -> int:
     mismatches = compare(manifest, machine, repository)
     if not args.files_only:
         from generator.builder.stages.manifest import Mismatch
-        from generator.serving.gpu.environment import manifest_problems
+        from generator.serving.gpu.environment import detector_problems, preprocess_problems
 
-        mismatches += [Mismatch("gpu_preprocess", "preprocess", p) for p in manifest_problems(manifest.extra)]
+        mismatches += [Mismatch("gpu_detector", "detector", p) for p in detector_problems(manifest.extra)]
+        mismatches += [Mismatch("gpu_preprocess", "preprocess", p) for p in preprocess_problems(manifest.extra)]
     for mismatch in mismatches:
         print(f"mismatch: {mismatch.message}", file=sys.stderr)
     flags = server_flags(manifest)

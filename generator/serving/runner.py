@@ -1,16 +1,27 @@
-"""Run an ONNX detector with ONNX Runtime on any batch size, static-batch exports included.
+"""Run an ONNX detector with ONNX Runtime on any batch size, static-batch exports included, on the CPU or a GPU.
 
 Ultralytics exports default to a static batch of 1 (or a fixed N); under Triton's dynamic batching the
 model still receives any number of images, so batches are cut into chunks of the static size and the
 last chunk is padded.
+
+On the CUDA provider (``cuda``) every run goes through I/O binding: a batch already in GPU memory (the GPU
+preprocess) is bound where it lies, a host batch is copied to the GPU once, and the outputs are computed on
+the GPU and copied back to the host once each (the small head the NMS step reads). A dynamic-batch export gets
+one session per batch bucket (``batch_buckets``: powers of two up to the largest batch), and every batch is
+padded to its bucket: the CUDA provider spends 0.1-2.4 s on a batch size its session did not just run (measured
+on the H200, docs/results/gpu/README.md, "GPU detector"), which a dynamic batcher would otherwise pay on most
+batches; a session that only ever sees one shape pays it once, at load.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from .cuda_provider import CUDA_PROVIDER, CudaSettings, device_pointer, session_providers
 
 
 def session_threads(requested: int, instances: int) -> int:
@@ -25,9 +36,55 @@ def session_threads(requested: int, instances: int) -> int:
     return max(1, cores // max(1, instances))
 
 
+def chunks(size: int, static_batch: int | None) -> list[tuple[int, int]]:
+    """(start, stop) of each run over a batch of ``size``: one run, or runs of the static batch size."""
+    if static_batch is None or static_batch == size:
+        return [(0, size)]
+    return [(start, min(start + static_batch, size)) for start in range(0, size, static_batch)]
+
+
+def batch_buckets(max_batch: int) -> tuple[int, ...]:
+    """The batch sizes GPU sessions are kept at: powers of two below ``max_batch``, and ``max_batch``."""
+    sizes = []
+    size = 1
+    while size < max_batch:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, max(1, max_batch))
+
+
+def served_item(dims: Sequence[int], image_size: tuple[int, int]) -> list[int]:
+    """One image's input shape as served: the config's item dims (-1 where the export leaves the spatial size
+    open) with the served height and width; [H, W, 3] (uint8 BGR) or [3, H, W] (float, --normalise-in
+    preprocess)."""
+    item = list(dims)[-3:]
+    height, width = image_size
+    spatial = [height, width]
+    if item[0] == 3 and item[-1] != 3:  # channels first
+        return [3, *(d if d > 0 else s for d, s in zip(item[1:], spatial, strict=True))]
+    return [*(d if d > 0 else s for d, s in zip(item[:2], spatial, strict=True)), 3]
+
+
+def bucket_chunks(size: int, buckets: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(start, stop, bucket) of each run: runs of the largest bucket, then the smallest bucket holding the rest."""
+    largest = max(buckets)
+    plan = []
+    for start in range(0, size, largest):
+        stop = min(start + largest, size)
+        plan.append((start, stop, min(b for b in buckets if b >= stop - start)))
+    return plan
+
+
+_INPUT_DTYPES = {"tensor(uint8)": np.uint8, "tensor(float16)": np.float16, "tensor(float)": np.float32}
+
+
+class CudaProviderError(RuntimeError):
+    """The session was asked for the CUDA provider and ONNX Runtime could not create it."""
+
+
 class OnnxRunner:
     def __init__(self, path: str, intra_op_threads: int = 0, inter_op_threads: int = 1,
-                 spin_wait: bool = False) -> None:
+                 spin_wait: bool = False, cuda: CudaSettings | None = None, buckets: Sequence[int] = ()) -> None:
         import onnxruntime as ort  # heavy; only the detector step needs it
 
         options = ort.SessionOptions()
@@ -37,25 +94,94 @@ class OnnxRunner:
         # Spinning worker threads burn the cores the preprocess and NMS steps need between batches;
         # ``spin_wait`` (ONNX Runtime's default) is for raw-detector references only.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
-        self._session: Any = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+        def session() -> Any:
+            return ort.InferenceSession(path, options, providers=session_providers(cuda))
+
+        self._session: Any = session()
+        if cuda is not None and CUDA_PROVIDER not in self._session.get_providers():
+            # ONNX Runtime falls back to the CPU when the provider cannot load (no GPU, missing CUDA libraries).
+            raise CudaProviderError(
+                f"ONNX Runtime {ort.__version__} could not create the CUDA provider on GPU {cuda.device_id} "
+                f"(available: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu with the CUDA "
+                "and cuDNN libraries it needs where Triton runs, or rebuild with --device cpu")
+        self.cuda = cuda
         (model_input,) = self._session.get_inputs()
         self.input_name: str = model_input.name
         self.input_type: str = model_input.type
+        self.input_shape: list[Any] = list(model_input.shape)
         self.output_names: list[str] = [o.name for o in self._session.get_outputs()]
         batch_dim = model_input.shape[0]
         self.static_batch: int | None = batch_dim if isinstance(batch_dim, int) else None
+        # One session per bucket (GPU, dynamic batch): each keeps one input shape for good.
+        self._buckets: dict[int, Any] = {}
+        if cuda is not None and self.static_batch is None and buckets:
+            sizes = sorted(set(buckets))
+            self._buckets = {size: self._session if i == 0 else session() for i, size in enumerate(sizes)}
 
-    def run(self, batch: np.ndarray) -> list[np.ndarray]:
-        """Run ``batch`` (leading batch axis) and return every output with the same leading size."""
+    @property
+    def providers(self) -> list[str]:
+        return list(self._session.get_providers())
+
+    def run(self, batch: Any) -> list[np.ndarray]:
+        """Run ``batch`` (leading batch axis; on the GPU a CuPy array may be given) and return every output
+        as a host array with the same leading size."""
         size = len(batch)
-        if self.static_batch is None or self.static_batch == size:
-            return list(self._session.run(self.output_names, {self.input_name: batch}))
-        step = self.static_batch
-        pieces: list[list[np.ndarray]] = []
-        for start in range(0, size, step):
-            chunk = batch[start : start + step]
-            if len(chunk) < step:
-                padding = np.zeros((step - len(chunk), *chunk.shape[1:]), dtype=chunk.dtype)
-                chunk = np.concatenate([chunk, padding])
-            pieces.append(self._session.run(self.output_names, {self.input_name: chunk}))
+        if self._buckets:
+            plan = bucket_chunks(size, list(self._buckets))
+            pieces = [[out[: stop - start] for out in self._run_chunk(_padded(batch[start:stop], bucket),
+                                                                      self._buckets[bucket])]
+                      for start, stop, bucket in plan]
+        else:
+            pieces = [self._run_chunk(_padded(batch[start:stop], self.static_batch or stop - start))
+                      for start, stop in chunks(size, self.static_batch)]
+        if len(pieces) == 1 and len(pieces[0][0]) == size:
+            return pieces[0]
         return [np.concatenate([p[i] for p in pieces])[:size] for i in range(len(self.output_names))]
+
+    def _run_chunk(self, chunk: Any, session: Any = None) -> list[np.ndarray]:
+        session = session if session is not None else self._session
+        if self.cuda is None:
+            return list(session.run(self.output_names, {self.input_name: chunk}))
+        binding = session.io_binding()
+        pointer = device_pointer(chunk)
+        if pointer is None:
+            binding.bind_cpu_input(self.input_name, np.ascontiguousarray(chunk))
+        else:
+            binding.bind_input(self.input_name, "cuda", self.cuda.device_id, np.dtype(chunk.dtype).type,
+                               list(chunk.shape), pointer)
+        for name in self.output_names:
+            binding.bind_output(name, "cuda", self.cuda.device_id)
+        session.run_with_iobinding(binding)
+        return list(binding.copy_outputs_to_cpu())
+
+    def warm_up(self, batch_sizes: Sequence[int] = (1,), item_shape: Sequence[int] | None = None) -> list[int]:
+        """Run a zero batch of each bucket (else each size, or the static size) so that the first requests do
+        not pay for the provider's per-shape setup; returns the sizes run (none when the image size is unknown:
+        a dynamic spatial size and no ``item_shape``)."""
+        item = list(item_shape) if item_shape is not None else self.input_shape[1:]
+        if not all(isinstance(d, int) for d in item):
+            return []
+        dtype = _INPUT_DTYPES.get(self.input_type, np.float32)
+        sizes = sorted(self._buckets) if self._buckets else sorted({self.static_batch or s for s in batch_sizes})
+        for size in sizes:
+            self.run(np.zeros((size, *item), dtype=dtype))
+        return sizes
+
+
+def _padded(chunk: Any, size: int) -> Any:
+    """``chunk`` with zero images appended up to ``size``."""
+    missing = size - len(chunk)
+    if missing <= 0:
+        return chunk
+    xp = _array_module(chunk)
+    return xp.concatenate([chunk, xp.zeros((missing, *chunk.shape[1:]), dtype=chunk.dtype)])
+
+
+def _array_module(array: Any) -> Any:
+    """numpy, or the array's own module for GPU arrays (CuPy), without importing CuPy here."""
+    if device_pointer(array) is None:
+        return np
+    import cupy
+
+    return cupy

@@ -146,6 +146,7 @@ def drive(load: Load, concurrency: int, processes: int = 8) -> dict[str, float]:
         "images_per_s": round(sum(r[1] for r in results) / wall, 1),
         "requests_per_s": round(sum(r[0] for r in results) / wall, 1),
         "p50_ms": round(1000 * latencies[len(latencies) // 2], 2) if latencies else float("nan"),
+        "p95_ms": round(1000 * latencies[int(len(latencies) * 0.95)], 2) if latencies else float("nan"),
         "p99_ms": round(1000 * latencies[int(len(latencies) * 0.99)], 2) if latencies else float("nan"),
         "elapsed_s": round(elapsed, 2),
     }

@@ -153,9 +153,11 @@ class BuildOptions:
 
     name: str = option("yolo", "--name", "ensemble name; composing models are NAME_<step>")
     target: Target = option("embedded", "--target", "what the detector step becomes")
-    # None: the target's own device (embedded: CPU, onnxruntime: CPU, tensorrt: GPU).
-    device: Device | None = option(None, "--device", "where the detector runs: onnxruntime cpu (default) or "
-                                   "gpu; tensorrt is always gpu, embedded always cpu")
+    # None: the target's own device (embedded: CPU, onnxruntime: CPU, tensorrt: GPU). "gpu" on embedded: ONNX
+    # Runtime's CUDA provider inside the Python backend (needs onnxruntime-gpu where Triton runs).
+    device: Device | None = option(None, "--device", "where the detector runs: embedded and onnxruntime cpu "
+                                   "(default) or gpu (embedded: ONNX Runtime's CUDA provider, needs onnxruntime-gpu "
+                                   "where Triton runs); tensorrt is always gpu")
     ort_tensorrt: bool = option(False, "--ort-tensorrt", "onnxruntime --device gpu: run the graph through "
                                 "ONNX Runtime's TensorRT execution provider (engine cache, precision from the "
                                 "graph) instead of CUDA alone")
@@ -232,9 +234,6 @@ class BuildOptions:
         if self.target == "tensorrt" and self.device == "cpu":
             raise SpecError("--target tensorrt runs on the GPU only (Triton's TensorRT backend refuses KIND_CPU); "
                             "use --target onnxruntime --device cpu for a CPU server")
-        if self.target == "embedded" and self.device == "gpu":
-            raise SpecError("--target embedded runs ONNX Runtime on the CPU inside the Python backend; "
-                            "use --target onnxruntime --device gpu (or --target tensorrt) for a GPU")
         if self.ort_tensorrt and (self.target != "onnxruntime" or self.device != "gpu"):
             raise SpecError("--ort-tensorrt is ONNX Runtime's TensorRT execution provider on a GPU: "
                             "use it with --target onnxruntime --device gpu")

@@ -207,7 +207,8 @@ class Manifest:
 
 # Why a repository differs from its build or will not load here; a Literal, so the list cannot drift from the code.
 MismatchKind = Literal["file_changed", "file_missing", "file_added", "plan_pending", "tensorrt_missing",
-                       "tensorrt_version", "gpu_missing", "compute_capability", "cuda_version", "gpu_preprocess"]
+                       "tensorrt_version", "gpu_missing", "compute_capability", "cuda_version", "gpu_preprocess",
+                       "gpu_detector"]
 
 
 @dataclass(frozen=True)

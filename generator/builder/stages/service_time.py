@@ -3,9 +3,10 @@
 The build runs the serving code itself on a batch of ``--max-batch`` synthetic camera frames: the
 preprocess step's decode and letterbox, the served detector graph on ONNX Runtime with the threads one
 embedded detector instance gets, and the NMS step. Each step is timed on its own and the median of a few
-runs is kept. For ``--target tensorrt`` the detector runs on the GPU beside the Python steps, so only the
-preprocess step (the slowest of them) is timed; ``--service-ms`` replaces the measurement (e.g. with a
-number from a load test on the serving machine).
+runs is kept. When the detector runs on a GPU (``--target tensorrt``, ``--device gpu``) it runs beside the
+Python steps, and the build machine need not have that GPU, so only the preprocess step (the slowest of them)
+is timed; ``--service-ms`` replaces the measurement (e.g. with a number from a load test on the serving
+machine).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptio
 
     images, letterbox = preprocess()
     steps = {"preprocess": _median_ms(preprocess)}
-    if options.target == "tensorrt":
+    if options.detector_device == "gpu":
         return steps  # the detector runs on the GPU beside it; NMS costs a small fraction of the decode
     with tempfile.TemporaryDirectory(prefix="tde-service-") as tmp:
         path = Path(tmp) / "served.onnx"
@@ -112,10 +113,8 @@ def measure_service_time(served: onnx.ModelProto, info: DetectorInfo, options: B
     finally:
         cv2.setNumThreads(threads)
     source = "measured on the build machine"
-    if options.target == "tensorrt":
+    if options.detector_device == "gpu":
         source += " (preprocess only: the detector runs on the GPU beside it)"
-    elif options.target == "onnxruntime":
-        source += " (detector on ONNX Runtime CPU: an upper bound on a GPU)"
     service = ServiceTime(options.max_batch, sum(steps.values()), source, steps)
     logger.info("Service time of a batch of %d: %.1f ms (%s)", options.max_batch, service.batch_ms,
                 ", ".join(f"{step} {ms:.1f} ms" for step, ms in steps.items()))

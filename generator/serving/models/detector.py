@@ -1,4 +1,11 @@
-"""Triton model: the detector ONNX on ONNX Runtime, one inference for all queued requests."""
+"""Triton model: the detector ONNX on ONNX Runtime, one inference for all queued requests.
+
+With the ``detector_device`` parameter "gpu" (``--device gpu``, instances of KIND_GPU) the session runs on the
+CUDA provider on this instance's GPU, and ``FORCE_CPU_ONLY_INPUT_TENSORS`` "no" lets a batch the GPU preprocess
+left in GPU memory arrive there: it is bound in place (``ensemble_pipeline.cuda_provider``). The outputs come back
+to the host once, for the NMS step. A dynamic-batch export gets one session per batch bucket, each run once at
+load (``ensemble_pipeline.runner.batch_buckets``).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +13,40 @@ import json
 from pathlib import Path
 from typing import Any
 
+import triton_python_backend_utils as pb_utils
 from ensemble_common import failed, parameters, split_responses, stack_inputs
-from ensemble_pipeline.runner import OnnxRunner, session_threads
+from ensemble_pipeline.cuda_provider import DEVICE_PARAMETER, CudaSettings, stack_tensors
+from ensemble_pipeline.runner import OnnxRunner, batch_buckets, served_item, session_threads
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         params = parameters(args)
+        config = json.loads(args["model_config"])
         path = Path(args["model_repository"]) / args["model_version"] / params["onnx_file"]
-        groups = json.loads(args["model_config"]).get("instance_group", [])
-        instances = sum(int(group.get("count", 1)) for group in groups) or 1
-        self.runner = OnnxRunner(str(path), session_threads(int(params["intra_op_threads"]), instances))
+        instances = sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or 1
+        threads = session_threads(int(params["intra_op_threads"]), instances)
+        self.device_id: int | None = None
+        cuda = None
+        if params.get(DEVICE_PARAMETER) == "gpu":
+            self.device_id = int(args["model_instance_device_id"])
+            cuda = CudaSettings.from_parameters(params, self.device_id)
+        max_batch = max(1, int(config.get("max_batch_size", 1)))
+        self.runner = OnnxRunner(str(path), threads, cuda=cuda, buckets=batch_buckets(max_batch) if cuda else ())
+        if cuda is not None:
+            # Each session sets up its cuDNN state, kernels and memory on its first run: all of them now.
+            size = (int(params["input_height"]), int(params["input_width"]))
+            warmed = self.runner.warm_up((1, max_batch), served_item([int(d) for d in config["input"][0]["dims"]], size))
+            pb_utils.Logger.log_info(f"detector: CUDA provider on GPU {self.device_id} ({cuda.parameters()}), "
+                                     f"sessions warmed up at batch {warmed}")
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
-            batch, sizes = stack_inputs(requests, self.runner.input_name)
+            if self.device_id is None:
+                batch, sizes = stack_inputs(requests, self.runner.input_name)
+            else:
+                tensors = [pb_utils.get_input_tensor_by_name(r, self.runner.input_name) for r in requests]
+                batch, sizes = stack_tensors(tensors, self.device_id)
             outputs = self.runner.run(batch)
             return split_responses(dict(zip(self.runner.output_names, outputs, strict=True)), sizes)
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client

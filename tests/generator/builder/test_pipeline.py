@@ -273,13 +273,33 @@ def test_onnxruntime_on_a_gpu(onnx_path: Path, tmp_path: Path) -> None:
     repo = build_repository(onnx_path, tmp_path / "repo", options).output
     detector = read_config(repo / "yolo_detector" / "config.pbtxt")
     assert detector.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
-    (accelerator,) = detector.optimization.execution_accelerators.gpu_execution_accelerator
+    accelerator, cuda = detector.optimization.execution_accelerators.gpu_execution_accelerator
     assert accelerator.name == "tensorrt" and accelerator.parameters["trt_engine_cache_enable"] == "1"
+    assert cuda.name == "cuda"
     # The warmup builds (or loads) the provider's engine at load time, on a real image.
     warmup = repo / "yolo_detector" / "warmup" / detector.model_warmup[0].inputs[SERVED_INPUT].input_data_file
     assert warmup.stat().st_size == 64 * 64 * 3
     for step in ("yolo_preprocess", "yolo_nms"):
         assert read_config(repo / step / "config.pbtxt").instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+
+
+def test_embedded_on_a_gpu(onnx_path: Path, tmp_path: Path) -> None:
+    """KIND_GPU detector instances on the CUDA provider; the manifest says what they import where Triton runs."""
+    from generator.serving.gpu.environment import DETECTOR_REQUIREMENTS
+
+    built = build_repository(onnx_path, tmp_path / "repo", BuildOptions(device="gpu"))
+    detector = read_config(built.output / "yolo_detector" / "config.pbtxt")
+    assert detector.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    assert detector.parameters["detector_device"].string_value == "gpu"
+    for step in ("yolo_preprocess", "yolo_nms"):
+        assert read_config(built.output / step / "config.pbtxt").instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+    record = built.manifest["detector"]
+    assert record["device"] == "gpu" and record["requirements"] == list(DETECTOR_REQUIREMENTS)
+    assert "--device gpu" in " ".join(built.manifest["rebuild"])
+    service = built.manifest["admission"]["service"]
+    assert list(service["steps_ms"]) == ["preprocess"] and "preprocess only" in service["source"]
+    cpu = build_repository(onnx_path, tmp_path / "cpu", BuildOptions()).manifest["detector"]
+    assert cpu["device"] == "cpu" and cpu["requirements"] == []
 
 
 def unresolved_head_model() -> onnx.ModelProto:

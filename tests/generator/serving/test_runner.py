@@ -60,3 +60,155 @@ def test_session_threads_share_the_host_between_instances(monkeypatch: pytest.Mo
     assert session_threads(0, 3) == 5
     assert session_threads(0, 64) == 1  # never zero: ONNX Runtime would read 0 as "every core"
     assert session_threads(4, 2) == 4  # an explicit --detector-threads wins
+
+
+def test_chunks_cover_the_batch_in_static_steps() -> None:
+    from generator.serving.runner import chunks
+
+    assert chunks(7, None) == [(0, 7)]
+    assert chunks(7, 7) == [(0, 7)]
+    assert chunks(7, 3) == [(0, 3), (3, 6), (6, 7)]
+    assert chunks(2, 4) == [(0, 2)]  # padded to 4 by the runner
+
+
+def test_asking_for_cuda_without_it_fails_loudly(tmp_path: Path) -> None:
+    """The CPU onnxruntime here has no CUDA provider: ONNX Runtime would quietly run on the CPU instead."""
+    from generator.serving.cuda_provider import CudaSettings
+    from generator.serving.runner import CudaProviderError
+
+    path = save(make_detector("v8", batch="batch", seed=5), tmp_path / "dyn.onnx")
+    with pytest.raises(CudaProviderError, match=r"could not create the CUDA provider on GPU 0 .*onnxruntime-gpu"):
+        OnnxRunner(str(path), intra_op_threads=1, cuda=CudaSettings())
+
+
+class Binding:
+    """ONNX Runtime's IOBinding as the CUDA path uses it, recording each call; outputs sized like the input."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.size = 0
+
+    def bind_cpu_input(self, name: str, array: np.ndarray) -> None:
+        self.calls.append(("cpu_input", name, array.shape))
+        self.size = len(array)
+
+    def bind_input(self, name: str, device: str, device_id: int, dtype: type, shape: list[int], pointer: int) -> None:
+        self.calls.append(("input", name, device, device_id, dtype, tuple(shape), pointer))
+        self.size = shape[0]
+
+    def bind_output(self, name: str, device: str, device_id: int) -> None:
+        self.calls.append(("output", name, device, device_id))
+
+    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
+        return [np.zeros((self.size, 6, 64), np.float32)]
+
+
+def bound_runner(tmp_path: Path, static: int | str) -> tuple[OnnxRunner, list[Binding]]:
+    """A runner whose session is replaced by one that records the I/O binding of every run."""
+    from generator.serving.cuda_provider import CudaSettings
+
+    runner = OnnxRunner(str(save(make_detector("v8", batch=static, seed=5), tmp_path / "m.onnx")), intra_op_threads=1)
+    bindings: list[Binding] = []
+
+    class Session:
+        def io_binding(self) -> Binding:
+            bindings.append(Binding())
+            return bindings[-1]
+
+        def run_with_iobinding(self, binding: Binding) -> None:
+            binding.calls.append(("run",))
+
+    runner._session = Session()
+    runner.cuda = CudaSettings(device_id=2)
+    return runner, bindings
+
+
+def test_cuda_runs_bind_host_batches_once_and_outputs_on_the_instance_gpu(tmp_path: Path) -> None:
+    runner, bindings = bound_runner(tmp_path, "batch")
+    (out,) = runner.run(np.zeros((1, 3, 64, 64), np.float32))
+    assert out.shape == (1, 6, 64)
+    assert bindings[0].calls == [("cpu_input", "images", (1, 3, 64, 64)), ("output", "output0", "cuda", 2), ("run",)]
+
+
+def test_cuda_runs_bind_a_gpu_batch_where_it_lies(tmp_path: Path) -> None:
+    from tests.generator.serving.test_cuda_provider import DeviceArray
+
+    runner, bindings = bound_runner(tmp_path, "batch")
+    batch = np.zeros((1, 3, 64, 64), np.float32)
+    runner.run(DeviceArray(batch))
+    assert bindings[0].calls[0] == ("input", "images", "cuda", 2, np.float32, (1, 3, 64, 64), batch.ctypes.data)
+
+
+def test_static_batches_run_in_chunks_of_the_static_size(tmp_path: Path) -> None:
+    runner, bindings = bound_runner(tmp_path, 1)
+    (out,) = runner.run(np.zeros((3, 3, 64, 64), np.float32))
+    assert out.shape == (3, 6, 64) and len(bindings) == 3
+    assert {b.calls[0][2] for b in bindings} == {(1, 3, 64, 64)}
+
+
+def test_warm_up_runs_each_size_once_or_the_static_size(tmp_path: Path) -> None:
+    runner, bindings = bound_runner(tmp_path, 1)
+    assert runner.warm_up((1, 8)) == [1]
+    assert len(bindings) == 1  # batch 8 on a batch-1 export is eight batch-1 runs: the same shape
+    dynamic = OnnxRunner(str(save(make_detector("v8", batch="batch", seed=5), tmp_path / "d.onnx")),
+                         intra_op_threads=1)
+    assert dynamic.warm_up((1, 4, 4)) == [1, 4]
+
+
+def test_batch_buckets_are_powers_of_two_up_to_the_largest_batch() -> None:
+    from generator.serving.runner import batch_buckets
+
+    assert batch_buckets(32) == (1, 2, 4, 8, 16, 32)
+    assert batch_buckets(8) == (1, 2, 4, 8)
+    assert batch_buckets(12) == (1, 2, 4, 8, 12)
+    assert batch_buckets(1) == (1,)
+
+
+def test_bucket_chunks_pad_each_run_to_the_smallest_bucket_holding_it() -> None:
+    from generator.serving.runner import bucket_chunks
+
+    buckets = (1, 2, 4, 8)
+    assert bucket_chunks(1, buckets) == [(0, 1, 1)]
+    assert bucket_chunks(3, buckets) == [(0, 3, 4)]
+    assert bucket_chunks(8, buckets) == [(0, 8, 8)]
+    assert bucket_chunks(11, buckets) == [(0, 8, 8), (8, 11, 4)]  # more than the largest: cut, then bucket the rest
+
+
+def test_gpu_batches_run_on_the_session_of_their_bucket_only(tmp_path: Path) -> None:
+    """Each session sees one shape for good: the CUDA provider pays for every new batch size (GPU proof)."""
+    runner, bindings = bound_runner(tmp_path, "batch")
+    seen: dict[int, list[int]] = {}
+
+    def session_for(bucket: int):
+        class Session:
+            def io_binding(self) -> Binding:
+                bindings.append(Binding())
+                return bindings[-1]
+
+            def run_with_iobinding(self, binding: Binding) -> None:
+                seen.setdefault(bucket, []).append(binding.size)
+        return Session()
+
+    runner._buckets = {size: session_for(size) for size in (1, 2, 4)}
+    images = np.random.default_rng(1).uniform(0, 1, (7, 3, 64, 64)).astype(np.float32)
+    for count in (1, 3, 2, 7, 4):
+        (out,) = runner.run(images[:count])
+        assert out.shape == (count, 6, 64)
+    assert seen == {1: [1], 4: [4, 4, 4, 4], 2: [2]}  # 3 -> 4, 7 -> 4 + (3 -> 4), 4
+    assert runner.warm_up() == [1, 2, 4]
+
+
+def test_warm_up_takes_the_image_size_when_the_export_leaves_it_open(tmp_path: Path) -> None:
+    runner, bindings = bound_runner(tmp_path, "batch")
+    runner.input_shape = ["batch", 3, "height", "width"]
+    assert runner.warm_up((1,)) == []
+    assert runner.warm_up((1,), (3, 64, 64)) == [1] and bindings[-1].calls[0][2] == (1, 3, 64, 64)
+
+
+def test_served_item_fills_the_open_spatial_size() -> None:
+    from generator.serving.runner import served_item
+
+    assert served_item([-1, -1, 3], (640, 480)) == [640, 480, 3]  # a dynamic-size export, uint8 NHWC
+    assert served_item([640, 640, 3], (640, 640)) == [640, 640, 3]
+    assert served_item([3, -1, -1], (320, 320)) == [3, 320, 320]  # --normalise-in preprocess: float NCHW
+    assert served_item([1, 64, 64, 3], (64, 64)) == [64, 64, 3]  # full dims of a non-batching config

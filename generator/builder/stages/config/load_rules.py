@@ -24,6 +24,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.stages.config.model_io import ModelIO, ModelTensor
 from generator.errors import ConfigError
+from generator.serving.cuda_provider import DEVICE_PARAMETER
 
 Kind = mc.ModelInstanceGroup.Kind
 # core:src/constants.h and the backends' LoadModel: the file a platform model loads by default.
@@ -459,10 +460,10 @@ def model_violations(config: mc.ModelConfig, directory: str, files: Mapping[str,
         problems += list(_onnxruntime_rules(config, io))
     if config.platform == "tensorrt_plan" and io is not None:
         problems += list(_tensorrt_rules(config, io))
-    gpu_preprocess = config.parameters["preprocess_device"].string_value == "gpu"  # --preprocess-device gpu
-    if config.backend == "python" and any(g.kind == Kind.KIND_GPU for g in config.instance_group) \
-            and not gpu_preprocess:
-        # ours: KIND_GPU Python instances need a GPU server; every step but the GPU preprocess runs on the CPU.
+    on_gpu = "gpu" in (config.parameters["preprocess_device"].string_value,  # --preprocess-device gpu
+                       config.parameters[DEVICE_PARAMETER].string_value)  # --target embedded --device gpu
+    if config.backend == "python" and any(g.kind == Kind.KIND_GPU for g in config.instance_group) and not on_gpu:
+        # ours: KIND_GPU Python instances need a GPU server; only the GPU preprocess and GPU detector use one.
         problems.append("Python-backend steps run on the CPU: use KIND_CPU")
     return [Violation(config.name or directory, p) for p in problems]
 

@@ -23,6 +23,8 @@ from generator.builder.stages.service_time import ServiceTime
 from generator.errors import ConfigError
 from generator.model.onnx_inspect import DetectorInfo
 from generator.serving import contract
+from generator.serving.cuda_provider import DEVICE_PARAMETER
+from generator.serving.cuda_provider import SETTINGS as CUDA_SETTINGS
 
 _DETECTOR_TEMPLATES = {
     "embedded": "detector_embedded.pbtxt.j2",
@@ -93,10 +95,36 @@ def ort_tensorrt_accelerator(io: DetectorIO, options: BuildOptions) -> dict[str,
     }}
 
 
+def gpu_detector_parameters(options: BuildOptions, image_size: tuple[int, int]) -> dict[str, str]:
+    """Config parameters of a detector on ONNX Runtime's CUDA provider ({} for other detectors).
+
+    One set of settings for both (``generator.serving.cuda_provider.SETTINGS``, which says why each). The embedded
+    Python-backend detector reads them from its parameters and takes its input where the preprocess left it (GPU
+    memory, from the GPU preprocess); the served image size lets it warm its sessions up when the export leaves
+    the spatial size open. Triton's ONNX Runtime backend gets them in its ``cuda`` accelerator
+    (``cuda_accelerator``) and again here as the legacy parameters: whenever a config has parameters, the backend
+    resets these options from them.
+    """
+    if options.detector_device != "gpu" or options.target == "tensorrt":
+        return {}
+    if options.target == "embedded":
+        height, width = image_size
+        return {DEVICE_PARAMETER: "gpu", "FORCE_CPU_ONLY_INPUT_TENSORS": "no", "input_height": str(height),
+                "input_width": str(width), **CUDA_SETTINGS.parameters()}
+    return CUDA_SETTINGS.legacy_parameters()
+
+
+def cuda_accelerator() -> dict[str, Any]:
+    """Triton's ONNX Runtime backend: the CUDA provider's options (also the fallback of its TensorRT provider)."""
+    return {"name": "cuda", "parameters": CUDA_SETTINGS.parameters()}
+
+
 def _detector_context(io: DetectorIO, options: BuildOptions, parameters: dict[str, str],
-                      batching: dict[str, Any], cuda_graphs: bool) -> dict[str, Any]:
+                      batching: dict[str, Any], cuda_graphs: bool, image_size: tuple[int, int]) -> dict[str, Any]:
     kind = "KIND_GPU" if options.detector_device == "gpu" else "KIND_CPU"
     accelerators = [ort_tensorrt_accelerator(io, options)] if options.ort_tensorrt else []
+    if options.target == "onnxruntime" and options.detector_device == "gpu":
+        accelerators.append(cuda_accelerator())
     return {
         **batching,
         "name": options.model_names["detector"],
@@ -112,7 +140,7 @@ def _detector_context(io: DetectorIO, options: BuildOptions, parameters: dict[st
         "cuda_graphs": cuda_graphs,
         "warmup": io.warmup,
         "gpu_accelerators": accelerators,
-        "parameters": parameters,
+        "parameters": {**gpu_detector_parameters(options, image_size), **parameters},
     }
 
 
@@ -219,7 +247,8 @@ def render_models(
         "preprocess": ("preprocess.pbtxt.j2",
                        _preprocess_context(info, options, io, preprocess_parameters, batching)),
         "detector": (_DETECTOR_TEMPLATES[options.target],
-                     _detector_context(io, options, extra.get("detector", {}), batching, cuda_graphs)),
+                     _detector_context(io, options, extra.get("detector", {}), batching, cuda_graphs,
+                                       info.image_size)),
         "nms": ("nms.pbtxt.j2", _nms_context(info, options, io, extra.get("nms", {}), batching)),
     }
     rendered: dict[str, RenderedModel] = {}

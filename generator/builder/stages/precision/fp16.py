@@ -111,6 +111,7 @@ def _split(model: onnx.ModelProto, tail: set[str]) -> tuple[onnx.ModelProto, onn
         raise PrecisionError(
             f"shape inference gave no type for {missing[0]}; cannot place the FP32 boundary there"
         )
+    body_nodes, boundary, infos = _separate_shared_boundary(body_nodes, tail_nodes, boundary, infos)
 
     body_uses = {i for n in body_nodes for i in n.input}
     tail_uses = {i for n in tail_nodes for i in n.input}
@@ -141,6 +142,34 @@ def _split(model: onnx.ModelProto, tail: set[str]) -> tuple[onnx.ModelProto, onn
                 node.input[index] = renamed[name]
     tail_graph = onnx.helper.make_graph(tail_nodes, "tail", [], [], initializer=tail_inits)
     return body, tail_graph
+
+
+def _separate_shared_boundary(body_nodes: list[onnx.NodeProto], tail_nodes: list[onnx.NodeProto],
+                              boundary: list[str], infos: dict[str, onnx.ValueInfoProto]
+                              ) -> tuple[list[onnx.NodeProto], list[str], dict[str, onnx.ValueInfoProto]]:
+    """Give the tail its own copy (an Identity) of each boundary tensor the body reads too.
+
+    The converter casts a graph output back to FP32 and wires that Cast's output into every reader of the
+    tensor, also the body's own FP16 nodes (a YOLOv8n export: the P3-P5 features feed the head and the next
+    stage), which then mix an FP32 input with FP16 weights.
+    """
+    body_reads = {i for n in body_nodes for i in n.input}
+    shared = [name for name in boundary if name in body_reads]
+    if not shared:
+        return body_nodes, boundary, infos
+    copies = {name: f"{name}__to_fp32_tail" for name in shared}
+    body_nodes = [*body_nodes, *(onnx.helper.make_node("Identity", [name], [copy], name=f"{copy}_identity")
+                                 for name, copy in copies.items())]
+    for node in tail_nodes:
+        for index, name in enumerate(node.input):
+            node.input[index] = copies.get(name, name)
+    infos = dict(infos)
+    for name, copy in copies.items():
+        info = onnx.ValueInfoProto()
+        info.CopyFrom(infos[name])
+        info.name = copy
+        infos[copy] = info
+    return body_nodes, [copies.get(name, name) for name in boundary], infos
 
 
 def _close_tail(nodes: Sequence[onnx.NodeProto], tail: set[str]) -> set[str]:

@@ -110,7 +110,6 @@ def test_options_are_frozen() -> None:
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"target": "tensorrt", "device": "cpu"}, "--target tensorrt runs on the GPU only"),
-    ({"device": "gpu"}, "--target embedded runs ONNX Runtime on the CPU"),
     ({"target": "onnxruntime", "ort_tensorrt": True}, "--ort-tensorrt is ONNX Runtime's TensorRT execution provider"),
     ({"target": "tensorrt", "ort_tensorrt": True}, "use it with --target onnxruntime --device gpu"),
     ({"target": "onnxruntime", "device": "tpu"}, "unknown --device 'tpu'; choose one of cpu, gpu"),
@@ -118,6 +117,13 @@ def test_options_are_frozen() -> None:
 def test_devices_each_target_can_use(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(SpecError, match=message):
         BuildOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def test_every_target_but_tensorrt_runs_its_detector_on_the_cpu_unless_asked() -> None:
+    assert BuildOptions().detector_device == "cpu"
+    assert BuildOptions(device="gpu").detector_device == "gpu"  # embedded: ONNX Runtime's CUDA provider
+    assert BuildOptions(target="onnxruntime", device="gpu").detector_device == "gpu"
+    assert BuildOptions(target="tensorrt").detector_device == "gpu"
 
 
 def test_defer_plan_is_for_the_tensorrt_target() -> None:

@@ -14,7 +14,11 @@ from generator.builder.spec.options import BuildOptions
 from generator.cli import main
 from generator.demo import DEMO_ONNX
 from generator.serving.gpu.environment import (
+    DETECTOR_REQUIREMENTS,
+    PROBE_MODEL,
     REQUIREMENTS,
+    detector_problems,
+    detector_record,
     device_problems,
     manifest_problems,
     module_problems,
@@ -84,4 +88,96 @@ def test_check_refuses_a_gpu_repository_on_this_machine_and_files_only_skips_it(
     assert main(["check", str(repo)]) == 1
     err = capsys.readouterr().err
     assert "mismatch: the GPU preprocess needs cupy, which did not import here" in err
+    assert main(["check", "--files-only", str(repo)]) == 0
+
+
+# --- the GPU detector (--target embedded --device gpu) -----------------------------------------------------
+
+DETECTOR = {"detector": {"device": "gpu", "requirements": list(DETECTOR_REQUIREMENTS)}}
+
+
+class FakeOnnxRuntime:
+    """onnxruntime as the check sees it: its providers, and what a CUDA session turns out to run on."""
+
+    __version__ = "1.31.1"
+
+    def __init__(self, providers: list[str], session: list[str] | Exception) -> None:
+        self.providers, self.session = providers, session
+
+    def get_available_providers(self) -> list[str]:
+        return self.providers
+
+    def InferenceSession(self, model: bytes, providers: list[str]) -> Any:
+        assert model == PROBE_MODEL and providers == ["CUDAExecutionProvider"]
+        if isinstance(self.session, Exception):
+            raise self.session
+        return SimpleNamespace(get_providers=lambda: self.session)
+
+
+def detector_importer(ort: Any, numpy: str = "1.26.4") -> Any:
+    return lambda name: ort if name == "onnxruntime" else SimpleNamespace(__version__=numpy)
+
+
+CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_the_detector_record_lists_onnxruntime_gpu_only_for_the_python_backend_on_a_gpu() -> None:
+    assert detector_record("gpu", True) == DETECTOR["detector"]
+    assert detector_record("gpu", False)["requirements"] == []  # Triton's own ONNX Runtime / TensorRT backend
+    assert detector_record("cpu", True) == {"device": "cpu", "requirements": []}
+
+
+def test_a_working_cuda_provider_passes() -> None:
+    assert detector_problems(DETECTOR, detector_importer(FakeOnnxRuntime(CUDA, CUDA))) == []
+
+
+@pytest.mark.parametrize(("ort", "numpy", "expected"), [
+    (FakeOnnxRuntime(["CPUExecutionProvider"], []), "1.26.4",
+     "needs ONNX Runtime's CUDA provider; onnxruntime 1.31.1 here has CPUExecutionProvider (the CPU package?)"),
+    (FakeOnnxRuntime(CUDA, ["CPUExecutionProvider"]), "1.26.4",
+     "could not open a session on the CUDA provider on GPU 0 (it ran on ['CPUExecutionProvider'])"),
+    (FakeOnnxRuntime(CUDA, RuntimeError("CUDA failure 100: no CUDA-capable device is detected")), "1.26.4",
+     "could not open a session on the CUDA provider on GPU 0: CUDA failure 100: no CUDA-capable device"),
+    (FakeOnnxRuntime(CUDA, CUDA), "2.5.2", "the GPU detector needs numpy >=1.22,<2.0, this machine has 2.5.2"),
+])
+def test_each_detector_problem_is_one_line(ort: Any, numpy: str, expected: str) -> None:
+    (problem,) = detector_problems(DETECTOR, detector_importer(ort, numpy))
+    assert expected in problem
+
+
+def test_onnxruntime_outside_the_proven_release_is_refused() -> None:
+    ort = FakeOnnxRuntime(CUDA, CUDA)
+    ort.__version__ = "1.30.0"
+    (problem,) = detector_problems(DETECTOR, detector_importer(ort))
+    assert "needs onnxruntime >=1.31,<1.32, this machine has 1.30.0" in problem and "onnxruntime-gpu" in problem
+
+
+def test_a_cpu_detector_imports_nothing() -> None:
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"imported {name}")
+    assert detector_problems({"detector": {"device": "cpu", "requirements": []}}, refuse) == []
+    assert detector_problems({"detector": {"layout": "v8"}}, refuse) == []  # built before the device was recorded
+
+
+def test_the_probe_model_runs_here() -> None:
+    import numpy as np
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(PROBE_MODEL, providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {"x": np.array([3.0], np.float32)})
+    assert out.tolist() == [3.0]
+
+
+def test_check_refuses_a_gpu_detector_where_onnxruntime_has_no_cuda(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA provider")
+    repo = tmp_path / "repo"
+    build_repository(DEMO_ONNX, repo, BuildOptions(device="gpu"))
+    assert main(["check", str(repo)]) == 1
+    err = capsys.readouterr().err
+    assert "mismatch: the GPU detector needs ONNX Runtime's CUDA provider" in err
+    assert "pip uninstall -y onnxruntime && pip install '.[gpu-detector]'" in err
     assert main(["check", "--files-only", str(repo)]) == 0

@@ -93,6 +93,10 @@ BUILDS = {
                                                        service_ms=100)),
     "tensorrt_deferred": ({}, BuildOptions(target="tensorrt", max_batch=4, max_detections=10, service_ms=100,
                                            tensorrt=TensorRTOptions(defer_plan=True, opt_batch=2))),
+    "embedded_gpu": ({}, BuildOptions(device="gpu", preprocess_device="gpu", max_batch=4, max_detections=10,
+                                      service_ms=100)),
+    "onnxruntime_cuda": ({}, BuildOptions(target="onnxruntime", device="gpu", max_batch=4, max_detections=10,
+                                          service_ms=100)),
 }
 
 
@@ -110,7 +114,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize(("scenario", "model"), [
     ("onnxruntime_cpu", "yolo_detector"), ("onnxruntime_gpu", "yolo_detector"),
     ("onnxruntime_static1", "yolo_detector"), ("onnxruntime_static1", "yolo"),
-    ("tensorrt_deferred", "yolo_detector"),
+    ("tensorrt_deferred", "yolo_detector"), ("embedded_gpu", "yolo_detector"), ("onnxruntime_cuda", "yolo_detector"),
 ])
 def test_built_golden_configs(built: dict[str, Path], scenario: str, model: str) -> None:
     assert_golden(f"{scenario}/{model}.pbtxt", (built[scenario] / model / "config.pbtxt").read_text())
@@ -123,7 +127,7 @@ def test_deferred_build_spec_golden(built: dict[str, Path]) -> None:
 
 def test_every_golden_parses_with_the_triton_proto() -> None:
     goldens = sorted(GOLDEN.rglob("*.pbtxt"))
-    assert len(goldens) == 4 + 4 + 5, [p.relative_to(GOLDEN).as_posix() for p in goldens]
+    assert len(goldens) == 4 + 4 + 7, [p.relative_to(GOLDEN).as_posix() for p in goldens]
     for path in goldens:
         config = parse_config(path.stem, path.read_text())
         assert config.name == path.stem
@@ -155,6 +159,7 @@ def test_every_target_parses_with_the_triton_proto(target: str) -> None:
     (BuildOptions(target="tensorrt"), "KIND_GPU"),
     (BuildOptions(target="tensorrt", device="gpu"), "KIND_GPU"),
     (BuildOptions(), "KIND_CPU"),
+    (BuildOptions(device="gpu"), "KIND_GPU"),
 ])
 def test_detector_instances_run_on_the_targets_device(options: BuildOptions, kind: str) -> None:
     detector = configs(render_models(served(), options, EXTRA))["yolo_detector"]
@@ -166,7 +171,8 @@ def test_ort_tensorrt_accelerator_takes_the_graphs_precision(precision: str, mod
     options = BuildOptions(target="onnxruntime", device="gpu", ort_tensorrt=True, precision=precision,
                            max_batch=6)
     detector = configs(render_models(served(), options, EXTRA))["yolo_detector"]
-    (accelerator,) = detector.optimization.execution_accelerators.gpu_execution_accelerator
+    accelerator, cuda = detector.optimization.execution_accelerators.gpu_execution_accelerator
+    assert cuda.name == "cuda"  # the provider of the nodes TensorRT does not take
     assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == mode
     assert accelerator.parameters["trt_engine_cache_enable"] == "1"
     assert accelerator.parameters["trt_profile_min_shapes"] == "images_bgr_u8:1x64x64x3"
@@ -416,3 +422,28 @@ def test_unknown_composing_model(good: tuple[mc.ModelConfig, dict[str, mc.ModelC
     del models["yolo_detector"]
     with pytest.raises(ConfigError, match="uses unknown model 'yolo_detector'"):
         check_ensemble_wiring(ensemble, models)
+
+
+@pytest.mark.parametrize("target", ["embedded", "onnxruntime"])
+def test_both_gpu_detectors_get_the_one_set_of_cuda_settings(target: str) -> None:
+    """The embedded detector reads them from its parameters, Triton's backend from the cuda accelerator and,
+    because it resets them from any parameters a config has, the legacy parameters too."""
+    from generator.serving.cuda_provider import SETTINGS
+
+    options = BuildOptions(target=target, device="gpu")
+    detector = configs(render_models(served(), options, step_parameters(options, "output0")))["yolo_detector"]
+    parameters = {k: v.string_value for k, v in detector.parameters.items()}
+    if target == "embedded":
+        assert parameters["detector_device"] == "gpu" and parameters["FORCE_CPU_ONLY_INPUT_TENSORS"] == "no"
+        assert SETTINGS.parameters().items() <= parameters.items()
+        assert not detector.optimization.execution_accelerators.gpu_execution_accelerator
+    else:
+        (cuda,) = detector.optimization.execution_accelerators.gpu_execution_accelerator
+        assert cuda.name == "cuda" and dict(cuda.parameters) == SETTINGS.parameters()
+        assert parameters == SETTINGS.legacy_parameters()
+
+
+def test_cpu_detectors_carry_no_cuda_settings() -> None:
+    for options in (BuildOptions(), BuildOptions(target="onnxruntime")):
+        detector = configs(render_models(served(), options, step_parameters(options, "output0")))["yolo_detector"]
+        assert not {"detector_device", "cudnn_conv_algo_search", "FORCE_CPU_ONLY_INPUT_TENSORS"} & set(detector.parameters)

@@ -60,3 +60,33 @@ def test_head_can_be_converted_too_when_asked(toy_model):
     converted = convert_fp16(toy_model, keep_head_fp32=False)
     assert "head/cls/Conv" not in fp32_node_names(converted)
     onnx.checker.check_model(converted, full_check=True)
+
+
+def feature_read_by_body_and_head(toy_model):
+    """The toy with one more body stage between c3 and the box conv: c3 then feeds the FP32 head tail (class
+    conv) and an FP16 body node, like a YOLOv8n export's P3-P5 features (head and next stage)."""
+    from onnx import helper, numpy_helper
+
+    model = onnx.ModelProto()
+    model.CopyFrom(toy_model)
+    graph = model.graph
+    weight = np.random.default_rng(1).standard_normal((16, 16, 1, 1)).astype(np.float32) * 0.3
+    graph.initializer.append(numpy_helper.from_array(weight, "c4.weight"))
+    stage = [helper.make_node("Conv", ["c3_out", "c4.weight"], ["c4_conv"], name="c4/Conv", kernel_shape=[1, 1]),
+             helper.make_node("Sigmoid", ["c4_conv"], ["c4_sig"], name="c4/Sigmoid"),
+             helper.make_node("Mul", ["c4_conv", "c4_sig"], ["c4_out"], name="c4/Mul")]
+    (box,) = [n for n in graph.node if n.name == "head/box/Conv"]
+    box.input[0] = "c4_out"
+    position = list(graph.node).index(box)
+    for offset, node in enumerate(stage):
+        graph.node.insert(position + offset, node)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_feature_read_by_head_and_body_stays_fp16_in_the_body(toy_model, scene_batches):
+    model = feature_read_by_body_and_head(toy_model)
+    converted = convert_fp16(model)  # the converter used to wire its FP32 output Cast into c4/Conv as well
+    onnx.checker.check_model(converted, full_check=True)
+    assert "c4/Conv" not in fp32_node_names(converted)
+    np.testing.assert_allclose(run(converted, scene_batches[0])[:, 4:], run(model, scene_batches[0])[:, 4:], atol=2e-3)
