@@ -69,12 +69,14 @@ class AsyncTransport:
             raise translate_error(exc, self.endpoint, timeout_s) from exc
 
     async def infer(
-        self, model: str, images: Sequence[bytes], batched: bool, timeout_s: float
+        self, model: str, images: Sequence[bytes], batched: bool, timeout_s: float,
+        headers: Mapping[str, str] | None = None,
     ) -> dict[str, np.ndarray]:
         """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching."""
         self._get_client()
         inputs, outputs = image_request(self._module, images, batched)
-        result = await self._call("infer", model, inputs, outputs=outputs, timeout_s=timeout_s)
+        result = await self._call("infer", model, inputs, outputs=outputs, headers=dict(headers) if headers else None,
+                                  timeout_s=timeout_s)
         return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
 
     async def model_metadata(self, model: str, timeout_s: float) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import numpy as np
+from opentelemetry.trace import TracerProvider
 
 from clients._async_transport import AsyncTransport
 from clients.contract import admin_headers, info_from_answers, learn_batch_limit, without_config
@@ -25,6 +26,7 @@ from clients.errors import (
 from clients.images import ImageInput, image_bytes
 from clients.retry import DEFAULT_RETRY, RetryPolicy, acall_with_retries
 from clients.sync_client import DEFAULT_URL, check_timeout, locate
+from clients.tracing import request_span
 
 T = TypeVar("T")
 
@@ -44,6 +46,7 @@ class AsyncDetectionClient:
         model_info: ModelInfo | None = None,
         client_options: Mapping[str, Any] | None = None,
         verbose: bool = False,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.endpoint: Endpoint = parse_endpoint(url, protocol)
         self.model = model
@@ -52,6 +55,7 @@ class AsyncDetectionClient:
         self._admin_key = admin_key
         self._transport = AsyncTransport(self.endpoint, self.timeout_s, client_options, verbose)
         self._info: ModelInfo | None = model_info
+        self._tracer_provider = tracer_provider
 
     async def __aenter__(self) -> AsyncDetectionClient:
         return self
@@ -117,12 +121,15 @@ class AsyncDetectionClient:
     async def _infer(
         self, data: list[bytes], chunk: range, chunks: int, batched: bool
     ) -> dict[str, np.ndarray]:
-        try:
-            return await self._call(
-                "inference", partial(self._transport.infer, self.model, data[chunk.start : chunk.stop], batched)
-            )
-        except InferenceError as exc:
-            raise locate(exc, chunk, chunks) from exc
+        images = data[chunk.start : chunk.stop]
+        with request_span(self.model, self.endpoint.address, self.endpoint.protocol, len(images),
+                          self._tracer_provider) as headers:
+            try:
+                return await self._call(
+                    "inference", partial(self._transport.infer, self.model, images, batched, headers=headers)
+                )
+            except InferenceError as exc:
+                raise locate(exc, chunk, chunks) from exc
 
     async def wait_until_ready(self, timeout_s: float = 60.0, poll_s: float = 0.25) -> None:
         """Wait until the server and the model are ready; ServerUnavailableError after `timeout_s`."""

@@ -9,6 +9,8 @@ from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
+from opentelemetry.trace import TracerProvider
+
 from clients._transport import SyncTransport
 from clients.contract import admin_headers, info_from_answers, learn_batch_limit, without_config
 from clients.detection import DetectionResult, ModelInfo, decode_outputs, split_batches
@@ -22,6 +24,7 @@ from clients.errors import (
 )
 from clients.images import ImageInput, image_bytes
 from clients.retry import DEFAULT_RETRY, RetryPolicy, call_with_retries
+from clients.tracing import request_span
 
 T = TypeVar("T")
 DEFAULT_URL = "127.0.0.1:8001"
@@ -49,7 +52,8 @@ class DetectionClient:
     says how often a request the server could not take (overload, restart) is sent again. The contract
     (batch limit, class names) is read once, on first use, without the restricted model-config API unless
     `admin_key` is given (see clients/contract.py), or taken as given from `model_info`.
-    The HTTP flavour is gevent-based: use one client per thread.
+    The HTTP flavour is gevent-based: use one client per thread. Every inference request carries the W3C
+    trace context of an OpenTelemetry CLIENT span (clients/tracing.py), from `tracer_provider` or the global one.
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class DetectionClient:
         model_info: ModelInfo | None = None,
         client_options: Mapping[str, Any] | None = None,
         verbose: bool = False,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.endpoint: Endpoint = parse_endpoint(url, protocol)
         self.model = model
@@ -72,6 +77,7 @@ class DetectionClient:
         self._admin_key = admin_key
         self._transport = SyncTransport(self.endpoint, self.timeout_s, client_options, verbose)
         self._info: ModelInfo | None = model_info
+        self._tracer_provider = tracer_provider
 
     def __enter__(self) -> DetectionClient:
         return self
@@ -130,11 +136,14 @@ class DetectionClient:
         results: list[DetectionResult] = []
         chunks = split_batches(len(data), info.max_batch_size)
         for chunk in chunks:
-            try:
-                outputs = self._call("inference", partial(
-                    self._transport.infer, self.model, data[chunk.start : chunk.stop], info.batched))
-            except InferenceError as exc:
-                raise locate(exc, chunk, len(chunks)) from exc
+            images = data[chunk.start : chunk.stop]
+            with request_span(self.model, self.endpoint.address, self.endpoint.protocol, len(images),
+                              self._tracer_provider) as headers:
+                try:
+                    outputs = self._call("inference", partial(
+                        self._transport.infer, self.model, images, info.batched, headers=headers))
+                except InferenceError as exc:
+                    raise locate(exc, chunk, len(chunks)) from exc
             results.extend(decode_outputs(outputs, info))
         return results
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from deploy import policy, validate
+from deploy.alerts import rule_groups
 from deploy.composefile import load_compose, parse_env
-from deploy.dashboard import TRITON_METRICS, metric_names
+from deploy.dashboard import KNOWN_METRICS, metric_names
 from deploy.errors import CheckError
 from deploy.render import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, NGINX_CONF, drift
 from deploy.settings import Settings
@@ -92,10 +93,42 @@ def monitoring_problems(deploy_dir: Path, settings: Settings) -> list[str]:
     )
     for panel in dashboard.get("panels", []):
         for target in panel.get("targets", []):
-            unknown = metric_names(target["expr"]) - TRITON_METRICS
+            unknown = metric_names(target["expr"]) - KNOWN_METRICS
             if unknown:
                 problems.append(f"dashboard panel {panel['title']!r} uses unknown metrics {sorted(unknown)}")
-    return problems
+    return problems + alert_problems(deploy_dir, settings)
+
+
+def alert_problems(deploy_dir: Path, settings: Settings) -> list[str]:
+    """The rule file is loaded, reads only known metrics, and passes `promtool check rules` where promtool is."""
+    import yaml
+
+    path = deploy_dir / "monitoring/prometheus/alerts.yml"
+    prom = yaml.safe_load((deploy_dir / "monitoring/prometheus/prometheus.yml").read_text(encoding="utf-8"))
+    problems = [] if "alerts.yml" in (prom.get("rule_files") or []) else ["prometheus.yml does not load alerts.yml"]
+    groups = yaml.safe_load(path.read_text(encoding="utf-8")).get("groups", [])
+    for group in groups:
+        for rule in group.get("rules", []):
+            unknown = metric_names(rule["expr"]) - KNOWN_METRICS
+            if unknown:
+                problems.append(f"alert {rule.get('alert')!r} uses unknown metrics {sorted(unknown)}")
+    if [g["name"] for g in groups] != [g["name"] for g in rule_groups(settings)]:
+        problems.append("alerts.yml does not hold the rule groups of deploy/alerts.py")
+    return problems + promtool_problems(path)
+
+
+def promtool_problems(rules: Path) -> list[str]:
+    """`promtool check rules` (Debian package prometheus); no promtool here means no check, and says so."""
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        print("deploy check: promtool not found, alert rules not checked by it (apt-get install prometheus)",
+              file=sys.stderr)
+        return []
+    result = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
+    return [] if result.returncode == 0 else [f"promtool check rules {rules.name}: {result.stdout}{result.stderr}"]
 
 
 def run_checks(deploy_dir: Path, settings: Settings, *, check_drift: bool = True) -> list[str]:

@@ -21,6 +21,9 @@ MODELS_VOLUME = "/models"
 CURRENT_LINK = "current"
 MODEL_REPOSITORY = f"{MODELS_VOLUME}/{CURRENT_LINK}"
 WATCHDOG_PATH = "/opt/deploy/watchdog.py"
+# The watchdog's counters across its container's restarts: /tmp is the pod's emptyDir in Kubernetes (kept
+# while the pod lives); compose's tmpfs starts empty again, and the alert then sees the start time change.
+WATCHDOG_STATE = "/tmp/watchdog/state.json"
 LOOPBACK = "127.0.0.1"
 # The project's package extras each image installs (pyproject.toml), nothing more.
 IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("build",), "loadtest": ("loadtest",)}
@@ -66,6 +69,7 @@ def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
         *restricted.server_args(),
         "--metrics-config=summary_latencies=true",
         f"--allow-gpu-metrics={'true' if gpu else 'false'}",
+        *(settings.trace_settings.server_args() if settings.trace_settings else []),
         *(cuda_pool_args(settings) if gpu else []),
         "--log-verbose=0",
     ]
@@ -101,6 +105,8 @@ def serve_command(settings: Settings, *, gpu: bool, token: str) -> list[str]:
         f"--interval-s={settings.probe_interval_s}",
         f"--timeout-s={settings.probe_timeout_s}",
         f"--grace-s={stop_timing(settings).watchdog_grace_s}",
+        f"--watchdog-metrics-port={settings.watchdog_metrics_port}",
+        f"--watchdog-state={WATCHDOG_STATE}",
         "--",
         *triton_args(settings, gpu=gpu, token=token),
     ]

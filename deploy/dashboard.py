@@ -12,6 +12,14 @@ import re
 from typing import Any
 
 from deploy.settings import Settings
+from generator.serving.contract import (
+    CAPPED_OUTPUTS_METRIC,
+    DETECTIONS_METRIC,
+    EMPTY_OUTPUTS_METRIC,
+    IMAGES_METRIC,
+    REJECTED_METRIC,
+    SCORE_METRIC,
+)
 
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 
@@ -34,14 +42,30 @@ TRITON_METRICS = frozenset(
         "nv_gpu_utilization",
         "nv_gpu_memory_used_bytes",
         "nv_gpu_memory_total_bytes",
+        "nv_gpu_power_usage",
+        "nv_gpu_power_limit",
     }
 )
+# What the preprocess and NMS steps export (generator/serving/contract.py) and the watchdog's own endpoint.
+QUALITY_METRICS = frozenset(
+    {
+        IMAGES_METRIC, EMPTY_OUTPUTS_METRIC, CAPPED_OUTPUTS_METRIC, REJECTED_METRIC,
+        *(f"{name}_{part}" for name in (DETECTIONS_METRIC, SCORE_METRIC) for part in ("bucket", "sum", "count")),
+    }
+)
+WATCHDOG_METRICS = frozenset(
+    {
+        "triton_watchdog_restarts_total", "triton_watchdog_failed_probes_total",
+        "triton_watchdog_server_starts_total", "triton_watchdog_healthy", "triton_watchdog_start_time_seconds",
+    }
+)
+KNOWN_METRICS = TRITON_METRICS | QUALITY_METRICS | WATCHDOG_METRICS
 
-_METRIC_RE = re.compile(r"\b(nv_[a-z_]+)\b")
+_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog)_[a-z_]+)\b")
 
 
 def metric_names(expr: str) -> set[str]:
-    """Triton metric names referenced by a PromQL expression."""
+    """Triton, ensemble and watchdog metric names referenced by a PromQL expression."""
     return set(_METRIC_RE.findall(expr))
 
 
@@ -187,6 +211,82 @@ def _health_specs(every: str) -> list[Spec]:
             ],
             "Used and total device memory per GPU.",
         ),
+        (
+            "GPU power",
+            "watt",
+            [
+                ("max by (gpu_uuid) (nv_gpu_power_usage)", "draw {{gpu_uuid}}"),
+                ("max by (gpu_uuid) (nv_gpu_power_limit)", "limit {{gpu_uuid}}"),
+            ],
+            "Power draw against the limit per GPU: at the limit the clocks are throttled (Triton reports no "
+            "temperature).",
+        ),
+        (
+            "Watchdog restarts",
+            "short",
+            [
+                ("sum by (reason) (increase(triton_watchdog_restarts_total[15m]))", "{{reason}}"),
+                ("sum(changes(triton_watchdog_start_time_seconds[15m]))", "container restarts"),
+            ],
+            "Servers the watchdog stopped as unhealthy in the last 15 min, by reason (dead stub, failed probes...).",
+        ),
+    ]
+
+
+def _quality_specs(s: Settings) -> list[Spec]:
+    """What the model answers: empty and capped outputs, detections per image, scores, rejected images."""
+    nms, pre = f'model="{s.model_name}_nms"', f'model="{s.model_name}_preprocess"'
+    win = "[5m]"
+
+    def share(metric: str, model: str) -> str:
+        return (f"sum by (version) (rate({metric}{{{model}}}{win})) / "
+                f"sum by (version) (rate({IMAGES_METRIC}{{{model}}}{win}))")
+
+    def quantile(metric: str, q: str) -> str:
+        return f"histogram_quantile({q}, sum by (version, le) (rate({metric}_bucket{{{nms}}}{win})))"
+
+    return [
+        (
+            "Empty and capped outputs",
+            "percentunit",
+            [
+                (share(EMPTY_OUTPUTS_METRIC, nms), "empty v{{version}}"),
+                (share(CAPPED_OUTPUTS_METRIC, nms), "capped at max detections v{{version}}"),
+            ],
+            "Share of images answered with no detection, and with as many as --max-detections (more were cut), "
+            "per model version.",
+        ),
+        (
+            "Detections per image",
+            "short",
+            [
+                (f"sum by (version) (rate({DETECTIONS_METRIC}_sum{{{nms}}}{win})) / "
+                 f"sum by (version) (rate({DETECTIONS_METRIC}_count{{{nms}}}{win}))", "mean v{{version}}"),
+                (quantile(DETECTIONS_METRIC, "0.5"), "p50 v{{version}}"),
+                (quantile(DETECTIONS_METRIC, "0.95"), "p95 v{{version}}"),
+            ],
+            "Detections returned per image (histogram buckets 0, 1, 2, 5 ... 1000).",
+        ),
+        (
+            "Detection scores",
+            "short",
+            [
+                (quantile(SCORE_METRIC, "0.1"), "p10 v{{version}}"),
+                (quantile(SCORE_METRIC, "0.5"), "p50 v{{version}}"),
+                (f"sum by (version) (rate({SCORE_METRIC}_sum{{{nms}}}{win})) / "
+                 f"sum by (version) (rate({SCORE_METRIC}_count{{{nms}}}{win}))", "mean v{{version}}"),
+            ],
+            "Scores of the returned detections: a falling median says the model is less sure of what it sees.",
+        ),
+        (
+            "Rejected images by reason",
+            "percentunit",
+            [
+                (f"sum by (reason) (rate({REJECTED_METRIC}{{{pre}}}{win})) / "
+                 f"scalar(sum(rate({IMAGES_METRIC}{{{pre}}}{win})))", "{{reason}}"),
+            ],
+            "Share of the images the preprocess step refused: empty, format, truncated, too large, decode budget.",
+        ),
     ]
 
 
@@ -195,6 +295,7 @@ def build_dashboard(settings: Settings) -> dict[str, Any]:
     specs = (
         _ensemble_specs(f'model="{settings.model_name}"')
         + _step_specs('model=~"{}"'.format("|".join(settings.composing_models)))
+        + _quality_specs(settings)
         + _health_specs('model=~"{}"'.format("|".join(settings.all_models)))
     )
     panels = [

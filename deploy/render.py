@@ -14,6 +14,7 @@ from typing import Any
 
 from deploy import commands, sizing
 from deploy import settings as settings_module
+from deploy.alerts import rule_groups
 from deploy.dashboard import build_dashboard
 from deploy.errors import RenderError
 from deploy.settings import MIN_TRITON_RELEASE, Settings
@@ -58,9 +59,11 @@ OUTPUTS: tuple[Output, ...] = (
     Output("k8s/hpa.yaml", "k8s/hpa.yaml.j2"),
     Output("k8s/pdb.yaml", "k8s/pdb.yaml.j2"),
     Output("k8s/servicemonitor.yaml", "k8s/servicemonitor.yaml.j2"),
+    Output("k8s/prometheusrule.yaml", "k8s/prometheusrule.yaml.j2"),
     Output("k8s/prometheus-adapter-rules.yaml", "k8s/prometheus-adapter-rules.yaml.j2"),
     Output("k8s/locust.yaml", "k8s/locust.yaml.j2"),
     Output("monitoring/prometheus/prometheus.yml", "monitoring/prometheus.yml.j2"),
+    Output("monitoring/prometheus/alerts.yml", "monitoring/alerts.yml.j2"),
     Output("monitoring/grafana/provisioning/datasources/prometheus.yml", "monitoring/datasource.yml.j2"),
     Output("monitoring/grafana/provisioning/dashboards/provider.yml", "monitoring/dashboard-provider.yml.j2"),
     Output("monitoring/grafana/dashboards/triton.json", "monitoring/dashboard.json.j2"),
@@ -98,9 +101,16 @@ def locust_host(settings: Settings, service: str) -> str:
     return f"https://{service}:{settings.proxy_http_port}"
 
 
+def _yaml(data: Any) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)).rstrip("\n")
+
+
 def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
     """Everything a template may use; StrictUndefined turns any other name into an error."""
     shm = sizing.shm_breakdown(settings)
+    groups = rule_groups(settings)
     timing = commands.stop_timing(settings)
     return {
         "s": settings,
@@ -138,6 +148,9 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "locust_user_class": "GrpcDetectionUser" if settings.locust_protocol == "grpc" else "HttpDetectionUser",
         "locust_host_k8s": locust_host(settings, f"triton.{settings.namespace}.svc"),
         "dashboard_json": json.dumps(build_dashboard(settings), indent=2, sort_keys=False),
+        "alert_rules_yaml": _yaml({"groups": groups}),
+        "alert_groups_yaml": _yaml({"groups": groups}),
+        "watchdog_state": commands.WATCHDOG_STATE,
         "tojson": json.dumps,
     }
 

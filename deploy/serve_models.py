@@ -2,7 +2,7 @@
 
     python3 -m deploy.serve_models --repository /models/current --watchdog /opt/deploy/watchdog.py \\
         --url 127.0.0.1:8000 --model yolo --failures 3 --interval-s 10 --timeout-s 5 --grace-s 40 \\
-        -- tritonserver ARGS...
+        --watchdog-metrics-port 8003 --watchdog-state /tmp/watchdog/state.json -- tritonserver ARGS...
 
 1. ``python -m generator check REPOSITORY`` in this image: files against the manifest and, for a TensorRT
    plan, the plan against this image's libnvinfer and GPUs. A repository that would not load stops here
@@ -49,6 +49,9 @@ def supervise_argv(args: argparse.Namespace, server: Sequence[str], extra_flags:
         "--interval-s", str(args.interval_s),
         "--timeout-s", str(args.timeout_s),
         "--grace-s", str(args.grace_s),
+        *(["--metrics-port", str(args.watchdog_metrics_port), "--metrics-address", args.watchdog_metrics_address]
+          if args.watchdog_metrics_port else []),
+        *(["--state-file", str(args.watchdog_state)] if args.watchdog_state else []),
         "--",
         *server,
         *extra_flags,
@@ -65,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--interval-s", type=float, required=True, help="between probes")
     parser.add_argument("--timeout-s", type=float, required=True, help="one probe")
     parser.add_argument("--grace-s", type=float, required=True, help="SIGTERM to SIGKILL of tritonserver")
+    parser.add_argument("--watchdog-metrics-port", type=int, default=0,
+                        help="the watchdog's Prometheus endpoint (restarts by reason); 0: off")
+    parser.add_argument("--watchdog-metrics-address", default="0.0.0.0",
+                        help="address of the watchdog's endpoint (every interface of the container, like Triton's metrics)")
+    parser.add_argument("--watchdog-state", type=Path, help="file that keeps the watchdog's counters across restarts")
     parser.add_argument("server", nargs=argparse.REMAINDER, help="-- tritonserver ARGS...")
     return parser
 

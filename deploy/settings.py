@@ -29,6 +29,7 @@ from generator.builder.spec.options import (
 
 # The admin API groups restricted on both protocols: one list, also used by `python -m generator serve`.
 from generator.server.hardening import ADMIN_API_GROUPS
+from generator.server.tracing import TraceSettings, TraceSettingsError
 
 # The 2025 security fixes (HTTP server and Python backend CVEs) ship in 25.07 and later.
 MIN_TRITON_RELEASE = "25.07"
@@ -194,6 +195,25 @@ class Settings:
     # tritonserver --exit-timeout-secs: in-flight requests get this long after SIGTERM.
     exit_timeout_s: int = 30
 
+    # --- telemetry: traces, the watchdog's metrics, alert thresholds (deploy/alerts.py) -----------
+    # OTLP/HTTP receiver of Triton's OpenTelemetry traces (e.g. http://otel-collector:4318/v1/traces); empty: off.
+    trace_otlp_url: str = ""
+    # Requests without a W3C traceparent: trace every N-th (0: none); those with one are always traced.
+    trace_rate: int = 1000
+    # The watchdog's Prometheus endpoint (restarts by reason), next to Triton's metrics port.
+    watchdog_metrics_port: int = 8003
+    # Alert when the ensemble's p95 latency (Triton's summary over its sliding window) stays above this.
+    latency_sla_p95_ms: int = 250
+    # Alert when more than this share of ensemble requests fail (bad images and shed requests count).
+    alert_error_percent: int = 1
+    # Alert when a request waits longer than this in the queues of the steps together (mean over 5 min).
+    alert_queue_ms: int = 50
+    # Alert when the share of images answered with no detection rises this many points above the last hour's.
+    alert_empty_jump_points: int = 20
+    alert_gpu_memory_percent: int = 90
+    # Power draw at this share of the limit: the GPU is power-capped, its clocks throttled.
+    alert_power_percent: int = 98
+
     # --- load test ----------------------------------------------------------------------------
     locust_workers: int = 2
     locust_users: int = 32
@@ -221,6 +241,7 @@ class Settings:
         _check_model(self)
         _check_network(self)
         _check_kubernetes(self)
+        _check_telemetry(self)
 
     # --- derived values ---------------------------------------------------------------------------
     @property
@@ -256,6 +277,13 @@ class Settings:
     def stub_aware_ready(self) -> bool:
         return release_tuple(self.triton_release) >= release_tuple(STUB_AWARE_READY_RELEASE)
 
+    @property
+    def trace_settings(self) -> TraceSettings | None:
+        """Triton's OpenTelemetry settings, or None when no receiver is set."""
+        if not self.trace_otlp_url:
+            return None
+        return TraceSettings(self.trace_otlp_url, rate=self.trace_rate, service_name=f"{self.model_name}-triton")
+
     def own_image(self, name: str, digest: str) -> str:
         """An image this project builds, as Kubernetes pulls it: by digest once one is recorded."""
         return f"{self.image_registry}/{name}:{self.image_tag}" + (f"@{digest}" if digest else "")
@@ -266,11 +294,13 @@ _POSITIVE = (
     "max_batch", "input_size", "num_classes", "max_detections", "python_instances", "max_image_bytes",
     "max_image_pixels", "max_queue_ms", "cuda_pool_mib", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
     "hpa_max_replicas", "queue_time_target_ms", "gpus_per_pod", "memory_request_mib", "probe_failures",
-    "probe_interval_s", "probe_timeout_s", "exit_timeout_s",
+    "probe_interval_s", "probe_timeout_s", "exit_timeout_s", "latency_sla_p95_ms", "alert_error_percent",
+    "alert_queue_ms", "alert_empty_jump_points", "alert_gpu_memory_percent", "alert_power_percent",
 )
+_PERCENTS = ("alert_error_percent", "alert_empty_jump_points", "alert_gpu_memory_percent", "alert_power_percent")
 _PORTS = (
     "http_port", "grpc_port", "metrics_port", "proxy_http_port", "proxy_grpc_port", "prometheus_port",
-    "grafana_port", "locust_web_port", "locust_master_port",
+    "grafana_port", "locust_web_port", "locust_master_port", "watchdog_metrics_port",
 )
 
 
@@ -399,6 +429,18 @@ def _check_network(s: Settings) -> None:
         raise SettingsError("run_as_uid/run_as_gid must not be 0: the containers run as non-root")
     if s.probe_timeout_s >= s.probe_interval_s:
         raise SettingsError("probe_timeout_s must be shorter than probe_interval_s")
+
+
+def _check_telemetry(s: Settings) -> None:
+    for key in _PERCENTS:
+        if not 1 <= getattr(s, key) <= 100:
+            raise SettingsError(f"{key} must be 1..100, got {getattr(s, key)}")
+    if s.trace_rate < 0:
+        raise SettingsError(f"trace_rate must be 0 (only requests with a traceparent) or more, got {s.trace_rate}")
+    try:
+        s.trace_settings  # noqa: B018 -- validates the URL and the rate
+    except TraceSettingsError as exc:
+        raise SettingsError(f"trace_otlp_url / trace_rate: {exc}") from exc
 
 
 def _check_kubernetes(s: Settings) -> None:

@@ -16,7 +16,10 @@ from deploy.errors import CheckError
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 # Objects without a schema in kubernetes-validate, and the schema file we check them against.
-CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-subset.json"}
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-subset.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-subset.json",
+}
 
 
 @cache

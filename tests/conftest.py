@@ -91,7 +91,8 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory, demo_onnx: Path) -> 
     admin = admin_access(environ={})  # a fresh random key, like `generator serve` without TRITON_ADMIN_TOKEN
     server = EmbeddedServer(
         dynamic_repo, free_port(), free_port(), free_port(), log_file=log_file,
-        extra_args=(f"--model-repository={static_repo}",), admin=admin,
+        # Latency quantiles as deploy turns them on: the alert-rule test reads the p95 (test_alert_rules.py).
+        extra_args=(f"--model-repository={static_repo}", "--metrics-config=summary_latencies=true"), admin=admin,
     )
     try:
         server.start()

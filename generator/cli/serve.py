@@ -14,14 +14,17 @@ import json
 import re
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from generator.errors import ServerError
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer
 from generator.server.hardening import AdminAccess, admin_access
 from generator.server.shutdown import EXIT_TIMEOUT_S
-from generator.server.watchdog import Supervisor, WatchdogError, WatchPolicy
+from generator.server.tracing import DEFAULT_RATE, TraceSettings, TraceSettingsError
+from generator.server.watchdog import Supervisor, WatchdogError, WatchdogMetrics, WatchPolicy, serve_metrics
 from generator.serving.contract import ADMIN_TOKEN_ENV, GRPC_HEADER_PREFIX
 
+WATCHDOG_METRICS_PORT = 8003  # next to Triton's 8000-8002
 _ENSEMBLE_RE = re.compile(r'^\s*platform\s*:\s*"ensemble"\s*$', re.MULTILINE)
 
 
@@ -40,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe-timeout-s", type=float, default=5.0, help="seconds one probe may take")
     parser.add_argument("--restart-grace-s", type=float, default=5.0,
                         help="seconds an unhealthy server gets after SIGTERM before it is killed and restarted")
+    parser.add_argument("--watchdog-metrics-port", type=int, default=WATCHDOG_METRICS_PORT,
+                        help="the watchdog's Prometheus metrics (restarts by reason, failed probes) on 127.0.0.1 "
+                             "at this port; 0: off")
+    parser.add_argument("--trace-otlp", metavar="URL",
+                        help="send OpenTelemetry traces to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318/v1/traces); "
+                             "requests carrying a W3C traceparent are always traced")
+    parser.add_argument("--trace-rate", type=int, default=DEFAULT_RATE,
+                        help="with --trace-otlp: trace every N-th request that carries no trace context; "
+                             "0: only requests that do")
 
 
 def find_ensembles(repositories: list[Path]) -> list[str]:
@@ -60,12 +72,13 @@ def _model_names(server: EmbeddedServer) -> list[str]:
         return sorted(m["name"] for m in json.load(response) if m.get("state") == "READY")
 
 
-def _announce(server: EmbeddedServer, admin: AdminAccess, start: int) -> None:
+def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_port: int) -> None:
     if start > 1:
         print(f"Triton restarted (start {start}) and serving again.", flush=True)
         return
+    watchdog = f", watchdog metrics 127.0.0.1:{watchdog_port}" if watchdog_port else ""
     print(f"Triton {TRITON_VERSION} ready: HTTP {server.http_url}, gRPC {server.grpc_url}, "
-          f"metrics {server.metrics_url}; models: {', '.join(_model_names(server))}", flush=True)
+          f"metrics {server.metrics_url}{watchdog}; models: {', '.join(_model_names(server))}", flush=True)
     where = f"header '{admin.header}', gRPC metadata '{GRPC_HEADER_PREFIX}{admin.header}'"
     if admin.generated:
         print(f"Admin APIs ({', '.join(admin.groups)}) are restricted; key ({where}): {admin.token}", flush=True)
@@ -74,6 +87,29 @@ def _announce(server: EmbeddedServer, admin: AdminAccess, start: int) -> None:
         print(f"Admin APIs ({', '.join(admin.groups)}) are restricted to the key in {ADMIN_TOKEN_ENV} ({where}).",
               flush=True)
     print("Press Ctrl-C to stop.", flush=True)
+
+
+def _watchdog_endpoint(metrics: WatchdogMetrics, port: int) -> Any:
+    """The watchdog's metrics endpoint on loopback, or None with port 0."""
+    if port == 0:
+        return None
+    try:
+        return serve_metrics(metrics, "127.0.0.1", port)
+    except OSError as exc:
+        raise ServerError(f"cannot serve the watchdog metrics on 127.0.0.1:{port}: {exc.strerror or exc} "
+                          "(choose another --watchdog-metrics-port, or 0 for none)") from None
+
+
+def trace_args(args: argparse.Namespace) -> list[str]:
+    """Triton's OpenTelemetry flags for ``--trace-otlp`` (none without it)."""
+    if args.trace_otlp is None:
+        if args.trace_rate != DEFAULT_RATE:
+            raise ServerError("--trace-rate needs --trace-otlp URL (where the traces go)")
+        return []
+    try:
+        return TraceSettings(args.trace_otlp, rate=args.trace_rate).server_args()
+    except TraceSettingsError as exc:
+        raise ServerError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     admin = admin_access()
     server = EmbeddedServer(
         repositories[0], args.http_port, args.grpc_port, args.metrics_port,
-        extra_args=tuple(f"--model-repository={r.resolve()}" for r in repositories[1:]),
+        extra_args=(*(f"--model-repository={r.resolve()}" for r in repositories[1:]), *trace_args(args)),
         admin=admin, exit_timeout_s=args.drain_timeout_s,
     )
     try:
@@ -95,8 +131,11 @@ def run(args: argparse.Namespace) -> int:
                              grace_s=server.stop_timing.watchdog_grace_s, restart_grace_s=args.restart_grace_s)
     except ValueError as exc:
         raise ServerError(f"watchdog settings: {exc}") from None
+    metrics = WatchdogMetrics()
+    endpoint = _watchdog_endpoint(metrics, args.watchdog_metrics_port)
     supervisor = Supervisor(server.launch, server.http_url, find_ensembles(repositories), policy, restart=True,
-                            on_healthy=lambda start: _announce(server, admin, start))
+                            on_healthy=lambda start: _announce(server, admin, start, args.watchdog_metrics_port),
+                            metrics=metrics)
     restore = supervisor.install_signal_handlers()
     try:
         code = supervisor.run()
@@ -105,5 +144,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         restore()
         server.stop()
+        if endpoint is not None:
+            endpoint.shutdown()
     print(f"Triton stopped (exit code {code}).", flush=True)
     return 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import http.client
+import http.server
 import json
 import logging
 import os
@@ -188,6 +189,119 @@ def probe(url: str, models: Sequence[str], timeout_s: float = 5.0) -> None:
         check_inference(address, model, deadline - time.monotonic())
 
 
+# --- what the watchdog tells Prometheus --------------------------------------------------------------------
+
+# Why the supervisor stopped a server: the ``reason`` label of triton_watchdog_restarts_total.
+RESTART_REASONS = ("start_failed", "server_exited", "stub_exited", "dead_stub", "probe_failures")
+STOPPED = "stopped"  # a stop request: not a restart
+
+
+@dataclass(frozen=True)
+class Unhealthy:
+    """Why a server is judged unhealthy: ``kind`` (one of RESTART_REASONS, or STOPPED) and the message."""
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class WatchdogMetrics:
+    """Restarts by reason, failed probes, server starts and whether the server is healthy, in Prometheus' text
+    format (``render``), served by ``serve_metrics``.
+
+    With ``state_file`` the counters are saved on every change and read back at start, so they survive the
+    watchdog's own restart: in a container it exits 1 for the runtime to restart it (keep the file on a volume
+    that outlives the container, such as a pod's emptyDir).
+    """
+
+    def __init__(self, state_file: Path | None = None) -> None:
+        self.state_file = state_file
+        self._lock = threading.Lock()
+        self.restarts = dict.fromkeys(RESTART_REASONS, 0)
+        self.failed_probes = 0
+        self.starts = 0
+        self.healthy = False
+        self.started_at = time.time()
+        if state_file is not None and state_file.is_file():
+            try:
+                saved = json.loads(state_file.read_text())
+                self.restarts.update({k: int(v) for k, v in saved["restarts"].items() if k in self.restarts})
+                self.failed_probes, self.starts = int(saved["failed_probes"]), int(saved["starts"])
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                logger.warning("ignoring the unreadable watchdog state %s: %s", state_file, exc)
+
+    def count(self, *, restart: str | None = None, failed_probe: bool = False, start: bool = False) -> None:
+        with self._lock:
+            if restart is not None:
+                self.restarts[restart] += 1
+            self.failed_probes += failed_probe
+            self.starts += start
+            self._save()
+
+    def set_healthy(self, healthy: bool) -> None:
+        self.healthy = healthy
+
+    def _save(self) -> None:
+        if self.state_file is None:
+            return
+        state = {"restarts": self.restarts, "failed_probes": self.failed_probes, "starts": self.starts}
+        try:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            staging = self.state_file.with_name(self.state_file.name + ".tmp")
+            staging.write_text(json.dumps(state))
+            staging.replace(self.state_file)
+        except OSError as exc:
+            logger.warning("cannot save the watchdog state to %s: %s", self.state_file, exc)
+
+    def render(self) -> str:
+        with self._lock:
+            lines = [
+                "# HELP triton_watchdog_restarts_total Servers the watchdog stopped as unhealthy, by reason",
+                "# TYPE triton_watchdog_restarts_total counter",
+                *(f'triton_watchdog_restarts_total{{reason="{r}"}} {n}' for r, n in self.restarts.items()),
+                "# HELP triton_watchdog_failed_probes_total Real-inference probes that failed",
+                "# TYPE triton_watchdog_failed_probes_total counter",
+                f"triton_watchdog_failed_probes_total {self.failed_probes}",
+                "# HELP triton_watchdog_server_starts_total Times the watchdog started tritonserver",
+                "# TYPE triton_watchdog_server_starts_total counter",
+                f"triton_watchdog_server_starts_total {self.starts}",
+                "# HELP triton_watchdog_healthy 1 while the last probe of the running server passed",
+                "# TYPE triton_watchdog_healthy gauge",
+                f"triton_watchdog_healthy {int(self.healthy)}",
+                "# HELP triton_watchdog_start_time_seconds When this watchdog process started (a new value: its "
+                "container restarted)",
+                "# TYPE triton_watchdog_start_time_seconds gauge",
+                f"triton_watchdog_start_time_seconds {self.started_at:.3f}",
+            ]
+        return "\n".join(lines) + "\n"
+
+
+def serve_metrics(metrics: WatchdogMetrics, host: str, port: int) -> http.server.ThreadingHTTPServer:
+    """Serve ``GET /metrics`` on a daemon thread; ``shutdown()`` the returned server to stop."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = metrics.render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="watchdog-metrics", daemon=True).start()
+    return server
+
+
 # --- the supervisor ----------------------------------------------------------------------------------------
 
 
@@ -229,10 +343,12 @@ class Supervisor:
     """
 
     def __init__(self, launch: Launcher, url: str, models: Sequence[str], policy: WatchPolicy, *,
-                 restart: bool = False, on_healthy: Callable[[int], None] | None = None) -> None:
+                 restart: bool = False, on_healthy: Callable[[int], None] | None = None,
+                 metrics: WatchdogMetrics | None = None) -> None:
         parse_address(url)
         self._launch, self.url, self.models, self.policy = launch, url, tuple(models), policy
         self.restart, self._on_healthy = restart, on_healthy
+        self.metrics = metrics if metrics is not None else WatchdogMetrics()
         self._stop, self._kill = threading.Event(), threading.Event()
         self.starts = 0
 
@@ -262,18 +378,22 @@ class Supervisor:
         while True:
             child = self._launch()
             self.starts += 1
+            self.metrics.count(start=True)
             reason = self._await_healthy(child)
             if self._stop.is_set():
                 return self._stop_child(child, self.policy.grace_s)
             if reason is None:
                 failed_starts = 0
+                self.metrics.set_healthy(True)
                 if self._on_healthy is not None:
                     self._on_healthy(self.starts)
                 reason = self._watch(child)
+                self.metrics.set_healthy(False)
                 if self._stop.is_set():
                     return self._stop_child(child, self.policy.grace_s)
             else:
                 failed_starts += 1
+            self.metrics.count(restart=reason.kind)
             grace = self.policy.grace_s if self.policy.restart_grace_s is None else self.policy.restart_grace_s
             code = self._stop_child(child, grace)
             if failed_starts >= (self.policy.max_failed_starts if self.restart else 1):
@@ -283,24 +403,24 @@ class Supervisor:
                 return EXIT_UNHEALTHY
             logger.warning("restarting Triton (start %d): %s", self.starts + 1, reason)
 
-    def _await_healthy(self, child: subprocess.Popen[Any]) -> str | None:
+    def _await_healthy(self, child: subprocess.Popen[Any]) -> Unhealthy | None:
         """None once a probe passes; else why not (exited, or no passing probe within start_timeout_s)."""
         deadline = time.monotonic() + self.policy.start_timeout_s
         reason = "no probe yet"
         while not self._stop.is_set():
             if child.poll() is not None:
-                return f"tritonserver exited with code {child.returncode} while starting"
+                return Unhealthy("start_failed", f"tritonserver exited with code {child.returncode} while starting")
             try:
                 probe(self.url, self.models, min(self.policy.timeout_s, max(0.1, deadline - time.monotonic())))
                 return None
             except ProbeError as exc:
                 reason = str(exc)
             if time.monotonic() >= deadline:
-                return f"not healthy {self.policy.start_timeout_s:g} s after start ({reason})"
+                return Unhealthy("start_failed", f"not healthy {self.policy.start_timeout_s:g} s after start ({reason})")
             self._sleep(child, min(0.5, self.policy.interval_s))
-        return "stop requested"
+        return Unhealthy(STOPPED, "stop requested")
 
-    def _watch(self, child: subprocess.Popen[Any]) -> str:
+    def _watch(self, child: subprocess.Popen[Any]) -> Unhealthy:
         """Watch until the server is judged unhealthy or exits; say why.
 
         Every second its Python-backend stubs are counted: one that exits never comes back, and the probe
@@ -313,12 +433,13 @@ class Supervisor:
         while True:
             self._sleep(child, min(STUB_CHECK_S, max(0.0, next_probe - time.monotonic())))
             if self._stop.is_set():
-                return "stop requested"
+                return Unhealthy(STOPPED, "stop requested")
             if child.poll() is not None:
-                return f"tritonserver exited with code {child.returncode}"
+                return Unhealthy("server_exited", f"tritonserver exited with code {child.returncode}")
             lost = sorted(name for pid, name in stubs.items() if pid not in python_stubs(child.pid))
             if lost:
-                return f"the Python-backend stub of {', '.join(lost)} exited (Triton does not restart it)"
+                return Unhealthy("stub_exited", f"the Python-backend stub of {', '.join(lost)} exited "
+                                                "(Triton does not restart it)")
             if time.monotonic() < next_probe:
                 continue
             next_probe = time.monotonic() + self.policy.interval_s
@@ -326,11 +447,13 @@ class Supervisor:
                 probe(self.url, self.models, self.policy.timeout_s)
             except ProbeError as exc:
                 recent.append(True)
+                self.metrics.count(failed_probe=True)
                 logger.warning("probe failed (%d of the last %d): %s", sum(recent), len(recent), exc)
                 if exc.lasting:
-                    return f"a failure that does not heal: {exc}"
+                    return Unhealthy("dead_stub", f"a failure that does not heal: {exc}")
                 if unhealthy(recent, self.policy.failures):
-                    return f"{sum(recent)} of the last {len(recent)} probes failed, the last: {exc}"
+                    return Unhealthy("probe_failures",
+                                     f"{sum(recent)} of the last {len(recent)} probes failed, the last: {exc}")
                 continue
             if recent and recent[-1]:
                 logger.info("probe passed again")
@@ -422,6 +545,11 @@ def build_parser() -> argparse.ArgumentParser:
     supervise.add_argument("--grace-s", type=float, default=defaults.grace_s, help="SIGTERM to SIGKILL")
     supervise.add_argument("--start-timeout-s", type=float, default=defaults.start_timeout_s,
                            help="start to first healthy probe")
+    supervise.add_argument("--metrics-port", type=int, default=0,
+                           help="serve the watchdog's Prometheus metrics on this port (0: off)")
+    supervise.add_argument("--metrics-address", default="0.0.0.0", help="address of the metrics endpoint")
+    supervise.add_argument("--state-file", type=Path,
+                           help="keep the counters here across restarts of the watchdog (its container)")
     supervise.add_argument("command", nargs=argparse.REMAINDER, help="-- tritonserver ARGS...")
     return parser
 
@@ -440,7 +568,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise WatchdogError("no server command: put it after --, e.g. -- tritonserver --model-repository=/models")
         policy = WatchPolicy(failures=args.failures, interval_s=args.interval_s, timeout_s=args.timeout_s,
                              grace_s=args.grace_s, start_timeout_s=args.start_timeout_s)
-        supervisor = Supervisor(launch_command(command), args.url, args.model, policy)
+        metrics = WatchdogMetrics(args.state_file)
+        if args.metrics_port:
+            serve_metrics(metrics, args.metrics_address, args.metrics_port)
+        supervisor = Supervisor(launch_command(command), args.url, args.model, policy, metrics=metrics)
         supervisor.install_signal_handlers()
         return supervisor.run()
     except (ProbeError, WatchdogError, ValueError, OSError) as exc:

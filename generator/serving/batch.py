@@ -6,7 +6,7 @@ Failures are per image: a bad image gets an error message and no slot in the bat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,7 +19,8 @@ class PreparedBatch:
     images: np.ndarray  # uint8 [M, H, W, 3], BGR, letterboxed
     letterbox: np.ndarray  # float32 [M, 6], see Letterbox.as_array
     index: list[int]  # position in the input of each of the M prepared images
-    errors: dict[int, str]  # input position -> reason it was rejected
+    errors: dict[int, str]  # input position -> why it was rejected (the message for the client)
+    reasons: dict[int, str] = field(default_factory=dict)  # input position -> ImageError.reason, for telemetry
 
 
 def prepare_batch(
@@ -37,16 +38,17 @@ def prepare_batch(
     params = np.empty((len(encoded), PARAMS_LEN), dtype=np.float32)
     index: list[int] = []
     errors: dict[int, str] = {}
+    reasons: dict[int, str] = {}
     for position, data in enumerate(encoded):
         try:
             image, source = decode_image(data, limits, target if reduced_decode else None)
         except ImageError as exc:
-            errors[position] = str(exc)
+            errors[position], reasons[position] = str(exc), exc.reason
             continue
         slot = len(index)
         params[slot] = letterbox_into(image, images[slot], source).as_array()
         index.append(position)
-    return PreparedBatch(images[: len(index)], params[: len(index)], index, errors)
+    return PreparedBatch(images[: len(index)], params[: len(index)], index, errors, reasons)
 
 
 def to_float_nchw(images: np.ndarray, dtype: np.dtype | type = np.float32) -> np.ndarray:

@@ -49,6 +49,21 @@ ADMIN_HEADER = "admin-key"
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 ADMIN_TOKEN_ENV = "TRITON_ADMIN_TOKEN"
 
+# Quality telemetry: Prometheus metrics the preprocess and NMS steps export on Triton's metrics endpoint
+# (Python-backend custom metrics), labelled with the composing model's name and version (METRIC_LABELS).
+# Both steps count the images that reached them (the denominator); NMS the outputs, preprocess the rejections.
+METRIC_LABELS = ("model", "version")
+IMAGES_METRIC = "ensemble_images_total"
+EMPTY_OUTPUTS_METRIC = "ensemble_empty_outputs_total"  # images with zero detections
+CAPPED_OUTPUTS_METRIC = "ensemble_capped_outputs_total"  # images whose detections hit --max-detections
+DETECTIONS_METRIC = "ensemble_detections_per_image"  # histogram: _bucket{le}, _sum, _count
+SCORE_METRIC = "ensemble_detection_score"  # histogram of every returned detection's score
+REJECTED_METRIC = "ensemble_rejected_images_total"  # label "reason", one of REJECTION_REASONS
+DETECTIONS_BUCKETS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 300.0, 1000.0)
+SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# Why the preprocess step refused an image (generator/serving/images.py: one exception class per reason).
+REJECTION_REASONS = ("empty", "format", "truncated", "too_large", "decode_budget", "other")
+
 # OpenCV refuses to decode more pixels than this environment variable says; it reads it once, when cv2 is
 # imported. A backstop behind the header checks: the server environment and the preprocess model set it.
 OPENCV_PIXEL_LIMIT_ENV = "OPENCV_IO_MAX_IMAGE_PIXELS"

@@ -43,7 +43,39 @@ _PROGRESSIVE_SCAN_COST = 0.15
 
 
 class ImageError(ValueError):
-    """The encoded image is rejected; the message is safe to return to the client."""
+    """The encoded image is rejected; the message is safe to return to the client.
+
+    ``reason`` is the label the preprocess step counts the rejection under (``ensemble_rejected_images_total``);
+    each subclass below is one reason, so every check names its reason where it raises.
+    """
+
+    reason = "other"
+
+
+class EmptyImageError(ImageError):
+    reason = "empty"
+
+
+class ImageFormatError(ImageError):
+    """Unsupported format, or a header or data that is corrupt."""
+
+    reason = "format"
+
+
+class TruncatedImageError(ImageError):
+    reason = "truncated"
+
+
+class ImageTooLargeError(ImageError):
+    """More bytes, pixels or pixels per side than the limits allow."""
+
+    reason = "too_large"
+
+
+class DecodeBudgetError(ImageError):
+    """Decoding would cost more than allowed: too many progressive scans, or over the decode-time budget."""
+
+    reason = "decode_budget"
 
 
 @dataclass(frozen=True)
@@ -88,7 +120,7 @@ def jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
     pos, size = 2, len(data)
     while pos + 4 <= size:
         if data[pos] != 0xFF:
-            raise ImageError("corrupt JPEG: bad marker")
+            raise ImageFormatError("corrupt JPEG: bad marker")
         marker = data[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
@@ -98,12 +130,12 @@ def jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
             continue
         (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
         if length < 2 or pos + 2 + length > size:
-            raise ImageError("truncated JPEG")
+            raise TruncatedImageError("truncated JPEG")
         yield marker, pos, length
         if marker == 0xDA:
             return
         pos += 2 + length
-    raise ImageError("truncated JPEG")
+    raise TruncatedImageError("truncated JPEG")
 
 
 def is_frame_marker(marker: int) -> bool:
@@ -118,9 +150,9 @@ def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
             frame = _jpeg_frame(data, pos, length, marker)
         elif marker == 0xDA:
             if frame is None:
-                raise ImageError("corrupt JPEG: no frame header before the image data")
+                raise ImageFormatError("corrupt JPEG: no frame header before the image data")
             return _jpeg_scans(data, pos, length, frame, max_scans)
-    raise ImageError("truncated JPEG")  # jpeg_segments ends with a start-of-scan or raises
+    raise TruncatedImageError("truncated JPEG")  # jpeg_segments ends with a start-of-scan or raises
 
 
 @dataclass(frozen=True)
@@ -134,7 +166,7 @@ class _JpegFrame:
 def _jpeg_frame(data: bytes, pos: int, length: int, marker: int) -> _JpegFrame:
     """The start-of-frame segment at ``pos``: dimensions, coding and component count."""
     if length < 8:
-        raise ImageError("corrupt JPEG: short frame header")
+        raise ImageFormatError("corrupt JPEG: short frame header")
     height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
     return _JpegFrame(width, height, marker in _JPEG_PROGRESSIVE_SOF, data[pos + 9])
 
@@ -142,7 +174,7 @@ def _jpeg_frame(data: bytes, pos: int, length: int, marker: int) -> _JpegFrame:
 def _jpeg_scans(data: bytes, pos: int, length: int, frame: _JpegFrame, max_scans: int) -> ImageHeader:
     """The header, from the first start-of-scan segment at ``pos`` on."""
     if length < 3:
-        raise ImageError("corrupt JPEG: short scan header")
+        raise ImageFormatError("corrupt JPEG: short scan header")
     scan_data = pos + 2 + length
     if frame.progressive or data[pos + 4] < frame.components:  # more than one scan: count them
         scans = _count_scans(data, scan_data, max_scans)
@@ -151,7 +183,7 @@ def _jpeg_scans(data: bytes, pos: int, length: int, frame: _JpegFrame, max_scans
     # Entropy-coded data never contains FF D9, so a missing end marker means truncation. Searched
     # from the end, where it is: a forward search scans the whole scan (0.3-0.6 ms for a 1280x720 JPEG).
     if data.rfind(b"\xff\xd9", scan_data) < 0:
-        raise ImageError("truncated JPEG: no end-of-image marker")
+        raise TruncatedImageError("truncated JPEG: no end-of-image marker")
     return ImageHeader("jpeg", frame.width, frame.height)
 
 
@@ -167,61 +199,61 @@ def _count_scans(data: bytes, pos: int, max_scans: int) -> int:
     while True:
         found = _JPEG_MARKER.search(data, pos)
         if found is None:  # entropy-coded data never holds FF D9, so no end marker means truncation
-            raise ImageError("truncated JPEG: no end-of-image marker")
+            raise TruncatedImageError("truncated JPEG: no end-of-image marker")
         start, marker = found.start(), data[found.start() + 1]
         if marker == 0xD9:
             return scans
         markers_left -= 1
         if markers_left < 0:
-            raise ImageError("corrupt JPEG: too many markers between scans")
+            raise ImageFormatError("corrupt JPEG: too many markers between scans")
         if marker in (0xD8, 0x01):  # markers without a length
             pos = start + 2
             continue
         if start + 4 > len(data):
-            raise ImageError("truncated JPEG: no end-of-image marker")
+            raise TruncatedImageError("truncated JPEG: no end-of-image marker")
         if marker == 0xDA:
             scans += 1
             if scans > max_scans:
-                raise ImageError(f"jpeg image has more than {max_scans} scans, above the limit of {max_scans} "
+                raise DecodeBudgetError(f"jpeg image has more than {max_scans} scans, above the limit of {max_scans} "
                                  "(progressive JPEGs usually have about 10)")
         pos = start + 2 + struct.unpack(">H", data[start + 2 : start + 4])[0]
 
 
 def _png_header(data: bytes) -> ImageHeader:
     if len(data) < 33 or data[12:16] != b"IHDR":
-        raise ImageError("corrupt PNG: missing IHDR")
+        raise ImageFormatError("corrupt PNG: missing IHDR")
     width, height = struct.unpack(">II", data[16:24])
     # Walk the chunks up to IEND: each must fit in the data. OpenCV allocates what a chunk declares
     # before reading it, so a 7 KB PNG whose IDAT length says 2 GB costs 2 GB and a second to reject.
     pos = 8
     for _ in range(_PNG_MAX_CHUNKS):
         if pos + 12 > len(data):
-            raise ImageError("truncated PNG: no IEND chunk")
+            raise TruncatedImageError("truncated PNG: no IEND chunk")
         (length,) = struct.unpack(">I", data[pos : pos + 4])
         if pos + 12 + length > len(data):
-            raise ImageError("truncated PNG: a chunk is longer than the remaining data")
+            raise TruncatedImageError("truncated PNG: a chunk is longer than the remaining data")
         if data[pos + 4 : pos + 8] == b"IEND":
             return ImageHeader("png", width, height)
         pos += 12 + length
-    raise ImageError(f"corrupt PNG: more than {_PNG_MAX_CHUNKS} chunks")
+    raise ImageFormatError(f"corrupt PNG: more than {_PNG_MAX_CHUNKS} chunks")
 
 
 def _bmp_header(data: bytes) -> ImageHeader:
     if len(data) < 26:
-        raise ImageError("truncated BMP")
+        raise TruncatedImageError("truncated BMP")
     (declared_size,) = struct.unpack("<I", data[2:6])
     width, height = struct.unpack("<ii", data[18:26])
     if declared_size > len(data):
-        raise ImageError("truncated BMP")
+        raise TruncatedImageError("truncated BMP")
     return ImageHeader("bmp", abs(width), abs(height))
 
 
 def _webp_header(data: bytes) -> ImageHeader:
     if len(data) < 30:
-        raise ImageError("truncated WebP")
+        raise TruncatedImageError("truncated WebP")
     (riff_size,) = struct.unpack("<I", data[4:8])
     if riff_size + 8 > len(data):
-        raise ImageError("truncated WebP")
+        raise TruncatedImageError("truncated WebP")
     chunk = data[12:16]
     if chunk == b"VP8 ":
         width, height = struct.unpack("<HH", data[26:30])
@@ -233,7 +265,7 @@ def _webp_header(data: bytes) -> ImageHeader:
         width = int.from_bytes(data[24:27], "little") + 1
         height = int.from_bytes(data[27:30], "little") + 1
         return ImageHeader("webp", width, height)
-    raise ImageError("corrupt WebP: unknown chunk")
+    raise ImageFormatError("corrupt WebP: unknown chunk")
 
 
 def _tiff_header(data: bytes) -> ImageHeader:
@@ -249,9 +281,9 @@ def _tiff_header(data: bytes) -> ImageHeader:
                 fmt = endian + ("H" if kind == 3 else "I")
                 fields[tag] = struct.unpack(fmt, entry[8 : 8 + struct.calcsize(fmt)])[0]
     except struct.error as exc:
-        raise ImageError("truncated TIFF") from exc
+        raise TruncatedImageError("truncated TIFF") from exc
     if 256 not in fields or 257 not in fields:
-        raise ImageError("corrupt TIFF: no image dimensions")
+        raise ImageFormatError("corrupt TIFF: no image dimensions")
     return ImageHeader("tiff", fields[256], fields[257])
 
 
@@ -267,20 +299,20 @@ def read_header(data: bytes, max_jpeg_scans: int = DEFAULT_LIMITS.max_jpeg_scans
         return _webp_header(data)
     if data[:4] in (b"II*\x00", b"MM\x00*"):
         return _tiff_header(data)
-    raise ImageError("unsupported or unrecognised image format (expected JPEG, PNG, BMP, WebP or TIFF)")
+    raise ImageFormatError("unsupported or unrecognised image format (expected JPEG, PNG, BMP, WebP or TIFF)")
 
 
 def check_header(data: bytes, limits: ImageLimits) -> ImageHeader:
     """Validate size and declared dimensions against ``limits``; raise ``ImageError`` if hostile."""
     if len(data) == 0:
-        raise ImageError("empty image: the request carried no bytes")
+        raise EmptyImageError("empty image: the request carried no bytes")
     if len(data) > limits.max_bytes:
-        raise ImageError(f"encoded image is {len(data)} bytes, above the limit of {limits.max_bytes}")
+        raise ImageTooLargeError(f"encoded image is {len(data)} bytes, above the limit of {limits.max_bytes}")
     header = read_header(data, limits.max_jpeg_scans)
     if header.width <= 0 or header.height <= 0:
-        raise ImageError(f"{header.format} header declares an empty image ({header.width}x{header.height})")
+        raise ImageFormatError(f"{header.format} header declares an empty image ({header.width}x{header.height})")
     if max(header.width, header.height) > limits.max_side or header.width * header.height > limits.max_pixels:
-        raise ImageError(
+        raise ImageTooLargeError(
             f"{header.format} image declares {header.width}x{header.height} pixels, above the limit of "
             f"{limits.max_pixels} pixels / {limits.max_side} per side"
         )
@@ -341,7 +373,7 @@ def check_decode_budget(header: ImageHeader, factor: int, budget: DecodeBudget) 
     """Raise ``ImageError`` if decoding would take longer than the budget allows, before any decoding."""
     estimate_ms = decode_cost_megapixels(header, factor) * budget.ms_per_megapixel
     if estimate_ms > budget.max_ms:
-        raise ImageError(
+        raise DecodeBudgetError(
             f"{header.format} image of {header.width}x{header.height} pixels would take about "
             f"{estimate_ms:.0f} ms to decode, above the budget of {budget.max_ms:.0f} ms per image; "
             "send it downscaled"
@@ -368,7 +400,7 @@ def decode_image(
         raise ImageError(f"could not decode the {header.format} image: the decoder refused it "
                          f"(check failed: {_cv_reason(exc)})") from exc
     if image is None:
-        raise ImageError(f"could not decode the {header.format} image (corrupt or truncated data)")
+        raise ImageFormatError(f"could not decode the {header.format} image (corrupt or truncated data)")
     height, width = image.shape[:2]
     if factor == 1 or (width, height) in ((header.width, header.height), (header.height, header.width)):
         return image, (width, height)

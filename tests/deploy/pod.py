@@ -50,9 +50,9 @@ def free_ports(count: int) -> list[int]:
 
 
 def pod_settings(**overrides: Any) -> Settings:
-    http, grpc, metrics, https, grpcs = free_ports(5)
+    http, grpc, metrics, https, grpcs, watchdog = free_ports(6)
     return Settings(http_port=http, grpc_port=grpc, metrics_port=metrics, proxy_http_port=https,
-                    proxy_grpc_port=grpcs, **overrides)
+                    proxy_grpc_port=grpcs, watchdog_metrics_port=watchdog, **overrides)
 
 
 def make_certificate(directory: Path) -> Path:
@@ -80,13 +80,16 @@ def serve_argv(settings: Settings, volume: Path) -> tuple[list[str], dict[str, s
     from generator.server.embedded import EmbeddedServer, ensure_server
 
     install = ensure_server()
-    local = {commands.MODEL_REPOSITORY: str(volume / commands.CURRENT_LINK), commands.WATCHDOG_PATH: str(WATCHDOG)}
+    local = {commands.MODEL_REPOSITORY: str(volume / commands.CURRENT_LINK), commands.WATCHDOG_PATH: str(WATCHDOG),
+             commands.WATCHDOG_STATE: str(volume.parent / f"{volume.name}-watchdog-state.json")}
     argv = []
     for arg in commands.serve_command(settings, gpu=False, token=TOKEN):
         for path, here in local.items():
             arg = arg.replace(path, here)
         if arg.startswith(NOT_PASSED):
             continue
+        if arg.startswith("--watchdog-metrics-port="):
+            argv.append("--watchdog-metrics-address=127.0.0.1")  # loopback on this shared machine, like metrics
         if arg == "tritonserver":
             argv += [str(install.binary), f"--backend-directory={install.backends}", "--metrics-address=127.0.0.1"]
             continue

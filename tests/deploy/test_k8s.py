@@ -23,7 +23,8 @@ Docs = list[tuple[str, dict[str, Any]]]
 def test_manifests_validate_strictly_for_the_target_kubernetes(k8s_docs: Docs, settings: Settings) -> None:
     kinds = sorted(doc["kind"] for _, doc in k8s_docs)
     assert kinds == sorted(["Namespace", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                            "ServiceMonitor", "ConfigMap", "ConfigMap", "NetworkPolicy", "Service", "Job", "Job"])
+                            "ServiceMonitor", "PrometheusRule", "ConfigMap", "ConfigMap", "NetworkPolicy", "Service",
+                            "Job", "Job"])
     assert k8s_schema_errors(k8s_docs, settings.kubernetes_version) == []
 
 
@@ -81,7 +82,7 @@ def test_deployment_gpu_probes_shm_and_token(k8s_docs: Docs, settings: Settings)
     assert main["resources"]["limits"]["memory"] == f"{sizing.pod_memory_limit_mib(settings)}Mi"
     assert any("$(TRITON_ADMIN_TOKEN)" in a for a in main["args"])
     assert main["args"][:3] == ["python3", "-m", "deploy.serve_models"]
-    assert [p["name"] for p in main["ports"]] == ["metrics"]  # HTTP and gRPC: loopback, behind the proxy
+    assert [p["name"] for p in main["ports"]] == ["metrics", "watchdog"]  # HTTP and gRPC: loopback, behind the proxy
     assert [p["containerPort"] for p in proxy["ports"]] == [settings.proxy_http_port, settings.proxy_grpc_port]
     assert proxy["image"] == settings.nginx_image
     # preStop (5 s) + watchdog drain (40 s) + margin: the kubelet never cuts a drain short.
@@ -95,12 +96,12 @@ def test_network_policy_admits_the_proxy_ports_and_prometheus_only(k8s_docs: Doc
     policy = find_doc(k8s_docs, "NetworkPolicy", "triton")
     clients, metrics = policy["spec"]["ingress"]
     assert "from" not in clients and [p["port"] for p in clients["ports"]] == ["https", "grpcs"]
-    assert [p["port"] for p in metrics["ports"]] == ["metrics"]
+    assert [p["port"] for p in metrics["ports"]] == ["metrics", "watchdog"]
     (peer,) = metrics["from"]
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": settings.prometheus_namespace}
     assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
     service = find_doc(k8s_docs, "Service", "triton")
-    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["https", "grpcs", "metrics"]
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["https", "grpcs", "metrics", "watchdog"]
 
 
 def test_locust_goes_through_the_proxy_with_its_certificate_only(k8s_docs: Docs) -> None:

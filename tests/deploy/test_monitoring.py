@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from deploy.checks import monitoring_problems
-from deploy.dashboard import TRITON_METRICS, build_dashboard, metric_names
+from deploy.dashboard import KNOWN_METRICS, build_dashboard, metric_names
 from deploy.settings import Settings
 
 
@@ -36,6 +36,21 @@ def test_dashboard_covers_rate_latency_queue_failures_and_gpu(dashboard: dict[st
     assert any("nv_inference_request_failure" in e for e in _exprs(dashboard, "failures"))
     assert any("nv_gpu_utilization" in e for e in _exprs(dashboard, "GPU utilisation"))
     assert any("nv_gpu_memory_used_bytes" in e for e in _exprs(dashboard, "GPU memory"))
+    assert any("nv_gpu_power_usage" in e and "nv_gpu_power_limit" in " ".join(_exprs(dashboard, "GPU power"))
+               for e in _exprs(dashboard, "GPU power"))
+    assert any("triton_watchdog_restarts_total" in e for e in _exprs(dashboard, "Watchdog restarts"))
+
+
+def test_dashboard_shows_the_quality_telemetry_per_version(dashboard: dict[str, Any], settings: Settings) -> None:
+    nms, pre = f'model="{settings.model_name}_nms"', f'model="{settings.model_name}_preprocess"'
+    outputs = _exprs(dashboard, "Empty and capped outputs")
+    assert any("ensemble_empty_outputs_total" in e and nms in e and "by (version)" in e for e in outputs)
+    assert any("ensemble_capped_outputs_total" in e for e in outputs)
+    assert any("histogram_quantile" in e and "ensemble_detections_per_image_bucket" in e
+               for e in _exprs(dashboard, "Detections per image"))
+    assert any("ensemble_detection_score_bucket" in e for e in _exprs(dashboard, "Detection scores"))
+    assert any("ensemble_rejected_images_total" in e and pre in e and "by (reason)" in e
+               for e in _exprs(dashboard, "Rejected images"))
 
 
 def test_every_query_uses_known_triton_metrics_and_the_provisioned_datasource(
@@ -45,7 +60,7 @@ def test_every_query_uses_known_triton_metrics_and_the_provisioned_datasource(
     uid = datasource["datasources"][0]["uid"]
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
-            assert metric_names(target["expr"]) and metric_names(target["expr"]) <= TRITON_METRICS
+            assert metric_names(target["expr"]) and metric_names(target["expr"]) <= KNOWN_METRICS
             assert target["datasource"]["uid"] == uid
             assert target["expr"].count("(") == target["expr"].count(")")
     ids = [p["id"] for p in dashboard["panels"]]
@@ -82,7 +97,8 @@ def test_monitoring_check_flags_unknown_metrics(rendered_dir: Path, tmp_path: Pa
     board = build_dashboard(settings)
     board["panels"][0]["targets"][0]["expr"] = "rate(nv_inference_requests_total[1m])"
     copy = tmp_path / "deploy"
-    for rel in ("monitoring/prometheus/prometheus.yml", "monitoring/grafana/dashboards/triton.json"):
+    for rel in ("monitoring/prometheus/prometheus.yml", "monitoring/prometheus/alerts.yml",
+                "monitoring/grafana/dashboards/triton.json"):
         (copy / rel).parent.mkdir(parents=True, exist_ok=True)
         (copy / rel).write_text((rendered_dir / rel).read_text())
     (copy / "monitoring/grafana/dashboards/triton.json").write_text(json.dumps(board))

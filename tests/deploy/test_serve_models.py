@@ -115,3 +115,30 @@ def test_a_dead_python_stub_makes_the_entry_point_exit_non_zero(capsys: pytest.C
 def test_sigterm_drains_and_the_entry_point_exits_cleanly() -> None:
     with running_pod(pod_settings()) as pod:
         assert stop(pod.serve, signal.SIGTERM, timeout_s=90) == 0
+
+
+def test_the_watchdog_gets_its_metrics_port_and_state_file_and_the_real_watchdog_takes_them() -> None:
+    from deploy import commands
+    from deploy.settings import Settings
+    from generator.server import watchdog
+
+    command = commands.serve_command(Settings(), gpu=True, token="t")
+    head = command[: command.index("--")]
+    args = serve_models._parser().parse_args(head[3:])
+    argv = serve_models.supervise_argv(args, ["tritonserver"], [])
+    assert argv[argv.index("--metrics-port") + 1] == "8003"
+    assert argv[argv.index("--state-file") + 1] == commands.WATCHDOG_STATE
+    parsed = watchdog.build_parser().parse_args(argv[2:])  # what watchdog.py supervise makes of it
+    assert parsed.metrics_port == 8003 and str(parsed.state_file) == commands.WATCHDOG_STATE
+
+
+def test_trace_settings_reach_the_tritonserver_command() -> None:
+    from deploy import commands
+    from deploy.settings import Settings, apply_overrides
+
+    assert not any(a.startswith("--trace-config") for a in commands.triton_args(Settings(), gpu=True, token="t"))
+    traced = apply_overrides(Settings(), {"trace_otlp_url": "http://otel-collector:4318", "trace_rate": "100"})
+    args = commands.triton_args(traced, gpu=True, token="t")
+    assert "--trace-config=mode=opentelemetry" in args and "--trace-config=rate=100" in args
+    assert "--trace-config=opentelemetry,url=http://otel-collector:4318/v1/traces" in args
+    assert "--trace-config=opentelemetry,resource=service.name=yolo-triton" in args

@@ -24,10 +24,12 @@ class ServeProcess:
     def __init__(self, repositories: list[Path], *flags: str, env: dict[str, str] | None = None,
                  log_file: Path | None = None) -> None:
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.watchdog_port = free_port()
         command = [sys.executable, "-m", "generator", "serve",
                    *(f"--model-repository={r}" for r in repositories),
                    "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-                   "--metrics-port", str(self.metrics_port), *flags]
+                   "--metrics-port", str(self.metrics_port), "--watchdog-metrics-port", str(self.watchdog_port),
+                   *flags]
         self.lines: list[str] = []
         self._log = log_file
         self.process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})}, text=True,
@@ -68,6 +70,13 @@ class ServeProcess:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no line matching {pattern!r} in {timeout_s} s:\n" + "\n".join(self.lines[-40:]))
             time.sleep(0.05)
+
+    def watchdog_metrics(self) -> dict[str, float]:
+        """The watchdog's counters now: name, or name{label=value}, to value."""
+        from loadtest.metrics import parse_prometheus, scrape
+
+        return {s.name + "".join(f"{{{k}={v}}}" for k, v in s.labels.items()): s.value
+                for s in parse_prometheus(scrape(f"127.0.0.1:{self.watchdog_port}"))}
 
     def triton(self) -> psutil.Process:
         """The tritonserver child serve runs now."""

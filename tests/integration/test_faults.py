@@ -128,6 +128,16 @@ def wait(condition: Callable[[], object], timeout_s: float) -> None:
         time.sleep(0.1)
 
 
+def stub_restarts(serve: ServeProcess) -> float:
+    """Restarts for a lost stub: seen exiting (/proc), or met by a probe ("not healthy")."""
+    metrics = serve.watchdog_metrics()
+    return sum(metrics[f"triton_watchdog_restarts_total{{reason={r}}}"] for r in ("stub_exited", "dead_stub"))
+
+
+def all_restarts(serve: ServeProcess) -> float:
+    return sum(v for k, v in serve.watchdog_metrics().items() if k.startswith("triton_watchdog_restarts_total"))
+
+
 def assert_clean(outcomes: list[Outcome]) -> None:
     """Every request ended with a result or one of our errors, and none outlived its deadline."""
     longest = max(o.end - o.start for o in outcomes)
@@ -140,13 +150,14 @@ def test_killed_stub_under_load_is_healed(healing: ServeProcess, image: bytes, s
     try:
         wait(lambda: sum(o.error is None for o in load.outcomes) >= 4, 60)
         (stub,) = healing.stubs(f"yolo_{step}_0_0")
-        mark = len(healing.lines)
+        mark, counted = len(healing.lines), stub_restarts(healing)
         killed = time.monotonic()
         stub.kill()
         healing.wait_for(r"^Triton restarted \(start \d+\) and serving again\.$", 90, after=mark)
         wait(lambda: load.back_after(killed) is not None, 60)
     finally:
         outcomes = load.stop()
+    assert stub_restarts(healing) == counted + 1  # the watchdog's metrics endpoint counted it
     back = load.back_after(killed)
     failed = [o for o in outcomes if o.error is not None]
     print(f"\n{step} stub killed: serving again after {back:.1f} s; {len(failed)} requests failed meanwhile")
@@ -167,6 +178,7 @@ def test_killed_server_is_restarted_and_clients_reconnect(healing: ServeProcess,
             killed.wait(60)
             return before, len(client.detect(image))
 
+    restarts_before = all_restarts(healing)
     with ThreadPoolExecutor(len(urls)) as pool:
         answers = [pool.submit(before_and_after, url) for url in urls]
         served_once.wait(60)
@@ -177,6 +189,8 @@ def test_killed_server_is_restarted_and_clients_reconnect(healing: ServeProcess,
         counts = [answer.result() for answer in answers]
     elapsed = time.monotonic() - start
     healing.wait_for(r"^Triton restarted", 10, after=mark)
+    # Counted under the check that saw it first: the exit, a vanished stub, or a probe meeting a dead port.
+    assert all_restarts(healing) >= restarts_before + 1
     print(f"\ntritonserver killed: both clients answered again after {elapsed:.1f} s")
     assert all(before == after > 0 for before, after in counts)
 

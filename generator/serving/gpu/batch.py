@@ -48,6 +48,7 @@ class Triage:
     errors: dict[int, str]
     headers: dict[int, ImageHeader]
     upright: dict[int, tuple[int, int]]  # GPU positions: (width, height) once EXIF orientation is applied
+    reasons: dict[int, str] = field(default_factory=dict)  # rejected positions -> ImageError.reason
 
 
 def triage(encoded: Sequence[bytes], limits: ImageLimits = DEFAULT_LIMITS) -> Triage:
@@ -55,13 +56,14 @@ def triage(encoded: Sequence[bytes], limits: ImageLimits = DEFAULT_LIMITS) -> Tr
     gpu: list[int] = []
     cpu: list[int] = []
     errors: dict[int, str] = {}
+    reasons: dict[int, str] = {}
     headers: dict[int, ImageHeader] = {}
     upright: dict[int, tuple[int, int]] = {}
     for position, data in enumerate(encoded):
         try:
             header = check_header(data, limits)
         except ImageError as exc:
-            errors[position] = str(exc)
+            errors[position], reasons[position] = str(exc), exc.reason
             continue
         headers[position] = header
         frame = jpeg_frame(data) if header.format == "jpeg" else None
@@ -70,7 +72,7 @@ def triage(encoded: Sequence[bytes], limits: ImageLimits = DEFAULT_LIMITS) -> Tr
             upright[position] = upright_size(header, data, frame)
         else:
             cpu.append(position)
-    return Triage(gpu, cpu, errors, headers, upright)
+    return Triage(gpu, cpu, errors, headers, upright, reasons)
 
 
 def accept_decoded(decoded: DecodedImage | None, upright: tuple[int, int]) -> str | None:
@@ -95,6 +97,7 @@ class GpuPreparedBatch:
     errors: dict[int, str]  # input position -> reason it was rejected (the CPU path's message)
     # input position -> why the CPU path decoded it (also for images it then rejected)
     cpu_path: dict[int, str] = field(default_factory=dict)
+    reasons: dict[int, str] = field(default_factory=dict)  # rejected positions -> ImageError.reason
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class GpuPreprocessor:
         xp = self.parts.xp
         height, width = self.target
         routed = triage(encoded, self.limits)
-        errors = dict(routed.errors)
+        errors, reasons = dict(routed.errors), dict(routed.reasons)
         cpu_path = dict.fromkeys(routed.cpu, NOT_GPU_FORMAT)
         stream = self.parts.stream()
 
@@ -172,7 +175,7 @@ class GpuPreprocessor:
                 image, source = decode_image(encoded[position], self.limits,
                                              self.target if self.reduced_decode else None)
             except ImageError as exc:
-                errors[position] = str(exc)
+                errors[position], reasons[position] = str(exc), exc.reason
                 continue
             canvas = np.empty((height, width, 3), dtype=np.uint8)
             cpu_done[position] = (canvas, letterbox_into(image, canvas, source).as_array())
@@ -193,7 +196,7 @@ class GpuPreprocessor:
         # The decoded images are freed when gpu_items goes; the kernel must be done with them by then.
         stream.synchronize()
         index = sorted(slots, key=slots.__getitem__)
-        return GpuPreparedBatch(out, params, index, errors, cpu_path)
+        return GpuPreparedBatch(out, params, index, errors, cpu_path, reasons)
 
 
 def to_float_nchw(images: Any, dtype: Any = np.float32, xp: Any = None) -> Any:

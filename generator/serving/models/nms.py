@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ensemble_common import failed, parameters, split_responses, stack_inputs
+from ensemble_common import StepMetrics, failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.contract import BOXES, CLASSES, LETTERBOX, NUM_DETECTIONS, SCORES
 from ensemble_pipeline.nms import postprocess
+from ensemble_pipeline.telemetry import nms_series, output_counts
 
 
 class TritonPythonModel:
@@ -17,12 +18,14 @@ class TritonPythonModel:
         self.conf = float(params["conf_threshold"])
         self.iou = float(params["iou_threshold"])
         self.max_det = int(params["max_detections"])
+        self.telemetry = StepMetrics(args, nms_series())
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
             raw, sizes = stack_inputs(requests, self.raw_name)
             letterbox, _ = stack_inputs(requests, LETTERBOX)
             out = postprocess(raw, self.layout, letterbox, self.conf, self.iou, self.max_det)
+            self.telemetry.add(output_counts(out.num_detections, out.scores, self.max_det))
             return split_responses({
                 NUM_DETECTIONS: out.num_detections,
                 BOXES: out.boxes,
@@ -31,3 +34,6 @@ class TritonPythonModel:
             }, sizes)
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "nms", exc)
+
+    def finalize(self) -> None:
+        self.telemetry.close()

@@ -27,9 +27,10 @@ os.environ.setdefault(OPENCV_PIXEL_LIMIT_ENV, str(OPENCV_PIXEL_LIMIT))
 import cv2
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from ensemble_common import failed, parameters
+from ensemble_common import StepMetrics, failed, parameters
 from ensemble_pipeline.batch import prepare_batch, to_float_nchw
 from ensemble_pipeline.images import DecodeBudget, ImageLimits, measure_decode_speed
+from ensemble_pipeline.telemetry import preprocess_series, rejection_counts
 
 # Triton runs several models side by side; OpenCV's own thread pool would oversubscribe the cores.
 cv2.setNumThreads(1)
@@ -52,6 +53,7 @@ class TritonPythonModel:
         self.prepare: Callable[[list[bytes]], Any] = self._prepare_on_cpu
         self.to_float: Callable[[Any, np.dtype], Any] = to_float_nchw
         self.images_tensor: Callable[[str, Any], Any] = self._host_tensor
+        self.telemetry = StepMetrics(args, preprocess_series())
         if params.get("preprocess_device", "cpu") == "gpu":
             from ensemble_pipeline.gpu import GpuPreprocessor
             from ensemble_pipeline.gpu import to_float_nchw as to_float_on_gpu
@@ -78,6 +80,9 @@ class TritonPythonModel:
                                  f"at {speed:.1f} ms per megapixel here")
         return DecodeBudget(max_ms, speed)
 
+    def finalize(self) -> None:
+        self.telemetry.close()
+
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
             return self._execute(requests)
@@ -92,6 +97,7 @@ class TritonPythonModel:
             bounds.append((len(encoded), len(encoded) + len(items)))
             encoded.extend(bytes(item) for item in items)
         batch = self.prepare(encoded)
+        self.telemetry.add(rejection_counts(len(encoded), batch.reasons.values()))
         slot_of = {position: slot for slot, position in enumerate(batch.index)}
 
         responses = []

@@ -324,3 +324,48 @@ def test_policy_rejects_nonsense() -> None:
         watchdog.WatchPolicy(failures=0)
     with pytest.raises(ValueError, match="interval_s"):
         watchdog.WatchPolicy(interval_s=0)
+
+
+# --- the watchdog's own metrics --------------------------------------------------------------------------------
+
+
+def scrape_watchdog(port: int) -> dict[str, float]:
+    import urllib.request
+
+    from loadtest.metrics import parse_prometheus
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {s.name + "".join(f"{{{k}={v}}}" for k, v in s.labels.items()): s.value for s in parse_prometheus(text)}
+
+
+def test_restarts_are_counted_by_reason_across_restarts_of_the_watchdog(standin: Standin, tmp_path: Path) -> None:
+    """A container's watchdog exits 1 for each restart: the state file carries the counts to the next one."""
+    state = tmp_path / "watchdog" / "counters.json"
+    for run, fault in enumerate(("broken", "dead-stub"), start=1):
+        port = free_port()
+        standin.set("healthy")
+        Path(f"{standin.state}.requests").unlink(missing_ok=True)  # answered_healthy looks at this run only
+        process = supervise(standin, "--grace-s", "5", "--metrics-port", str(port), "--metrics-address",
+                            "127.0.0.1", "--state-file", str(state))
+        wait_until(standin.answered_healthy)
+        wait_until(lambda port=port: scrape_watchdog(port).get("triton_watchdog_healthy") == 1.0)
+        seen = scrape_watchdog(port)
+        assert seen["triton_watchdog_server_starts_total"] == run
+        standin.set(fault)
+        assert process.wait(30) == watchdog.EXIT_UNHEALTHY
+    saved = json.loads(state.read_text())
+    assert saved["restarts"] == {**dict.fromkeys(watchdog.RESTART_REASONS, 0), "probe_failures": 1, "dead_stub": 1}
+    assert saved["starts"] == 2 and saved["failed_probes"] == 3  # two in a row, then one dead stub
+    assert seen['triton_watchdog_restarts_total{reason=probe_failures}'] == 1  # the first run's, read back
+
+
+def test_metrics_text_and_an_unreadable_state_file(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    state.write_text("{not json")
+    metrics = watchdog.WatchdogMetrics(state)  # logged and ignored: the counters start from zero
+    metrics.count(restart="stub_exited", failed_probe=True, start=True)
+    text = metrics.render()
+    assert 'triton_watchdog_restarts_total{reason="stub_exited"} 1\n' in text
+    assert "triton_watchdog_failed_probes_total 1\n" in text and "triton_watchdog_healthy 0\n" in text
+    assert json.loads(state.read_text())["restarts"]["stub_exited"] == 1

@@ -70,3 +70,20 @@ def test_to_float_nchw_is_rgb_scaled() -> None:
     np.testing.assert_allclose(out[0, 0], bgr[0, ..., 2] / 255.0, rtol=1e-6)
     np.testing.assert_allclose(out[0, 2], bgr[0, ..., 0] / 255.0, rtol=1e-6)
     assert to_float_nchw(bgr, np.float16).dtype == np.float16
+
+
+def test_every_rejection_carries_the_reason_telemetry_counts_it_under() -> None:
+    """One image per reason of ensemble_rejected_images_total, through the same checks the server runs."""
+    good = encode(picture(40, 40, 5), ".jpg")
+    progressive = cv2.imencode(".jpg", picture(64, 64, 6), [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])[1].tobytes()
+    encoded = {
+        "empty": b"",
+        "format": b"GIF89a" + bytes(64),
+        "truncated": good[: len(good) // 2],
+        "too_large": encode(picture(10, 300, 7)),
+        "decode_budget": progressive,
+    }
+    batch = prepare_batch([good, *encoded.values()], TARGET, ImageLimits(max_side=200, max_jpeg_scans=2))
+    assert batch.index == [0]
+    assert batch.reasons == dict(enumerate(encoded, start=1))
+    assert set(batch.reasons) == set(batch.errors)

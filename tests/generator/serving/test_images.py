@@ -531,3 +531,15 @@ def test_opencv_pixel_limit_fails_only_that_image() -> None:
         "(20, 20, 3)",
         "could not decode the png image: the decoder refused it (check failed: pixels <= CV_IO_MAX_IMAGE_PIXELS)",
     ]
+
+
+def test_each_error_class_is_one_rejection_reason_of_the_contract() -> None:
+    from generator.serving import images
+    from generator.serving.contract import REJECTION_REASONS
+
+    classes = [c for c in vars(images).values() if isinstance(c, type) and issubclass(c, ImageError)]
+    assert sorted(c.reason for c in classes) == sorted(REJECTION_REASONS)
+    with pytest.raises(images.ImageTooLargeError):
+        check_header(hostile_png(50000, 50000), LIMITS)
+    with pytest.raises(images.TruncatedImageError):
+        check_header(hostile_png(10, 10)[:-12], LIMITS)

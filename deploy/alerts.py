@@ -1,0 +1,118 @@
+"""Prometheus alert rules for the ensemble, built as data from spec lists like the dashboard.
+
+Rendered twice: ``monitoring/prometheus/alerts.yml`` (the compose Prometheus loads it) and
+``k8s/prometheusrule.yaml`` (a PrometheusRule for the Prometheus Operator). ``promtool check rules`` validates
+the file in CI, and tests/integration/test_alert_rules.py fires them with ``promtool test rules`` on series
+scraped from a real embedded server.
+
+GPU rules use Triton's own ``nv_gpu_*`` metrics (DCGM inside Triton). Triton reports power draw and its limit
+but no temperature or throttle reasons, so power capping is alerted on and thermal throttling is not: that
+needs NVIDIA's DCGM exporter (``DCGM_FI_DEV_THERMAL_VIOLATION``), which deploy does not run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from deploy.settings import Settings
+from generator.serving.contract import EMPTY_OUTPUTS_METRIC, IMAGES_METRIC
+
+GROUP = "triton-ensemble"
+WATCHDOG_RESTARTS = "triton_watchdog_restarts_total"
+# A container's watchdog exits for its restart; where its counters do not survive that (compose's tmpfs), the
+# new process's start time still changes.
+WATCHDOG_STARTED = "triton_watchdog_start_time_seconds"
+_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog)_[a-z_]+)\b")
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str  # "" fires at once
+    severity: str
+    summary: str
+    description: str
+
+    def rule(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {"alert": self.name, "expr": self.expr}
+        if self.for_:
+            rule["for"] = self.for_
+        rule["labels"] = {"severity": self.severity}
+        rule["annotations"] = {"summary": self.summary, "description": self.description}
+        return rule
+
+
+def metric_names(expr: str) -> set[str]:
+    """The Triton, ensemble and watchdog metric names an expression reads."""
+    return set(_METRIC_RE.findall(expr))
+
+
+def _serving_alerts(s: Settings) -> list[Alert]:
+    ens = f'model="{s.model_name}"'
+    steps = 'model=~"{}"'.format("|".join(s.composing_models))
+    failed = f"sum(rate(nv_inference_request_failure{{{ens}}}[5m]))"
+    succeeded = f"sum(rate(nv_inference_request_success{{{ens}}}[5m]))"
+    return [
+        Alert("TritonEnsembleErrorRate", f"{failed} / ({failed} + {succeeded}) > {s.alert_error_percent / 100:g}",
+              "5m", "critical", f"More than {s.alert_error_percent}% of {s.model_name} requests fail",
+              "Failed share {{ $value | humanizePercentage }} over 5 min: bad images, shed requests "
+              "(UNAVAILABLE) and step errors all count; see nv_inference_request_failure by model and reason."),
+        Alert("TritonEnsembleLatencyP95OverSla",
+              f'max(nv_inference_request_summary_us{{{ens},quantile="0.95"}}) / 1000 > {s.latency_sla_p95_ms}',
+              "5m", "warning", f"{s.model_name} p95 latency above the {s.latency_sla_p95_ms} ms SLA",
+              "p95 is {{ $value | humanize }} ms (Triton's summary over its sliding window, worst pod)."),
+        Alert("TritonEnsembleQueueTime",
+              f"sum(rate(nv_inference_queue_duration_us{{{steps}}}[5m])) / {succeeded} / 1000 > {s.alert_queue_ms}",
+              "5m", "warning", f"{s.model_name} requests wait more than {s.alert_queue_ms} ms in the step queues",
+              "{{ $value | humanize }} ms of queueing per request across the steps: add instances or replicas "
+              "before requests are shed."),
+    ]
+
+
+def _quality_alerts(s: Settings) -> list[Alert]:
+    nms = f'model="{s.model_name}_nms"'
+
+    def share(window: str) -> str:  # e.g. "[10m]" or "[1h] offset 10m"
+        return f"sum(rate({EMPTY_OUTPUTS_METRIC}{{{nms}}}{window})) / sum(rate({IMAGES_METRIC}{{{nms}}}{window}))"
+
+    jump = s.alert_empty_jump_points / 100
+    return [
+        Alert("EnsembleEmptyOutputShareJump", f"({share('[10m]')}) - ({share('[1h] offset 10m')}) > {jump:g}",
+              "5m", "warning", f"{s.model_name} answers far more images with no detection than an hour ago",
+              f"The share of empty outputs rose by {{{{ $value | humanizePercentage }}}} (threshold "
+              f"{s.alert_empty_jump_points} points) against the hour before: a broken model version, a camera "
+              "failure or a changed scene. Compare ensemble_empty_outputs_total by version."),
+    ]
+
+
+def _platform_alerts(s: Settings) -> list[Alert]:
+    return [
+        Alert("TritonStubRestarted",
+              f"increase({WATCHDOG_RESTARTS}[15m]) > 0 or changes({WATCHDOG_STARTED}[15m]) > 0", "", "warning",
+              "The watchdog restarted Triton",
+              "Reason {{ $labels.reason }} (none: the container restarted): a Python-backend stub died, probes failed, or tritonserver exited "
+              "(generator/server/watchdog.py). Look at the server log of the restarted container."),
+        Alert("GpuMemoryNearFull",
+              f"max by (gpu_uuid) (nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes) > "
+              f"{s.alert_gpu_memory_percent / 100:g}", "10m", "warning",
+              f"GPU memory above {s.alert_gpu_memory_percent}%",
+              "GPU {{ $labels.gpu_uuid }} uses {{ $value | humanizePercentage }} of its memory: a larger batch "
+              "or another instance may not fit."),
+        Alert("GpuPowerThrottling",
+              f"max by (gpu_uuid) (nv_gpu_power_usage / nv_gpu_power_limit) > {s.alert_power_percent / 100:g}",
+              "10m", "warning", "GPU at its power limit: clocks are being throttled",
+              "GPU {{ $labels.gpu_uuid }} draws {{ $value | humanizePercentage }} of its power limit. Triton does "
+              "not report thermal throttling; a DCGM exporter would (DCGM_FI_DEV_THERMAL_VIOLATION)."),
+    ]
+
+
+def alert_rules(settings: Settings) -> list[Alert]:
+    return _serving_alerts(settings) + _quality_alerts(settings) + _platform_alerts(settings)
+
+
+def rule_groups(settings: Settings) -> list[dict[str, Any]]:
+    """The ``groups`` of a Prometheus rule file (and of a PrometheusRule's spec)."""
+    return [{"name": f"{GROUP}-{settings.model_name}", "rules": [a.rule() for a in alert_rules(settings)]}]

@@ -1,0 +1,127 @@
+"""Quality telemetry on the real embedded Triton's metrics endpoint: known images in, exact counts out.
+
+The shared test server runs nothing else while a test runs, so the difference between two scrapes is what
+the test sent. The steps publish once a second (generator/serving/telemetry.py): the test polls until the
+NMS step's image count has caught up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from generator.serving.contract import (
+    CAPPED_OUTPUTS_METRIC,
+    DETECTIONS_BUCKETS,
+    DETECTIONS_METRIC,
+    EMPTY_OUTPUTS_METRIC,
+    IMAGES_METRIC,
+    REJECTED_METRIC,
+    REJECTION_REASONS,
+    SCORE_BUCKETS,
+    SCORE_METRIC,
+)
+from generator.serving.telemetry import bucket_label
+from generator.synthetic import encode
+from loadtest.metrics import parse_prometheus, scrape
+from tests.integration.test_ensemble import _hostile_bytes, infer, scene_bytes
+
+pytestmark = pytest.mark.integration
+
+# Each hostile image of test_ensemble.py and the reason the preprocess step counts it under.
+REASON_OF = {
+    "empty": "empty",
+    "garbage": "format",
+    "gif": "format",
+    "truncated_jpeg": "truncated",
+    "truncated_png": "truncated",
+    "png_bomb_68_bytes": "too_large",
+    "jpeg_bomb_header": "too_large",
+    "jpeg_scan_bomb": "decode_budget",
+    "png_over_decode_budget": "decode_budget",
+}
+
+Values = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def quality_values(metrics_url: str, model: str) -> Values:
+    """Every ensemble_* series of ``model``: (name, labels other than model and version) -> value."""
+    values: Values = {}
+    for sample in parse_prometheus(scrape(metrics_url)):
+        if sample.name.startswith("ensemble_") and sample.labels.get("model") == model:
+            assert sample.labels["version"] == "1", sample
+            extra = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in ("model", "version")))
+            values[(sample.name, extra)] = sample.value
+    return values
+
+
+def delta(after: Values, before: Values) -> Values:
+    return {key: value - before.get(key, 0.0) for key, value in after.items()}
+
+
+def wait_for(read: Callable[[], Values], key: tuple[str, tuple[tuple[str, str], ...]], at_least: float,
+             timeout_s: float = 15.0) -> Values:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        values = read()
+        if values.get(key, 0.0) >= at_least or time.monotonic() > deadline:
+            return values
+        time.sleep(0.2)
+
+
+def expected_histogram(name: str, values: list[float], bounds: tuple[float, ...]) -> Values:
+    data = np.asarray(values, dtype=np.float64)
+    expected: Values = {(f"{name}_bucket", (("le", bucket_label(b)),)): float((data <= b).sum())
+                        for b in (*bounds, float("inf"))}
+    expected[(f"{name}_count", ())] = float(len(data))
+    return expected
+
+
+def test_nms_step_counts_images_empty_outputs_detections_and_scores(triton_server) -> None:
+    nms = f"{triton_server.model_name}_nms"
+    before = quality_values(triton_server.metrics_url, nms)
+    assert (IMAGES_METRIC, ()) in before, "the NMS step exports its series from the start"
+    blank = encode(np.full((480, 640, 3), 114, dtype=np.uint8))
+    images = [scene_bytes(40 + i, 640, 480) for i in range(5)] + [blank, blank]
+    served = [infer(triton_server, triton_server.model_name, images[:4]),
+              infer(triton_server, triton_server.model_name, images[4:], "http")]
+    counts = [int(c) for out in served for c in out["num_detections"][:, 0]]
+    scores = [float(s) for out in served for row, c in zip(out["detection_scores"], out["num_detections"][:, 0],
+                                                             strict=True) for s in row[:c]]
+    assert counts.count(0) == 2 and sum(counts) > 10
+
+    after = wait_for(lambda: quality_values(triton_server.metrics_url, nms), (IMAGES_METRIC, ()),
+                     before[(IMAGES_METRIC, ())] + len(images))
+    got = delta(after, before)
+    assert got[(IMAGES_METRIC, ())] == len(images)
+    assert got[(EMPTY_OUTPUTS_METRIC, ())] == 2
+    assert got[(CAPPED_OUTPUTS_METRIC, ())] == 0
+    assert got[(f"{DETECTIONS_METRIC}_sum", ())] == sum(counts)
+    for key, value in expected_histogram(DETECTIONS_METRIC, counts, DETECTIONS_BUCKETS).items():
+        assert got[key] == value, key
+    for key, value in expected_histogram(SCORE_METRIC, scores, SCORE_BUCKETS).items():
+        assert got[key] == value, key
+    assert got[(f"{SCORE_METRIC}_sum", ())] == pytest.approx(sum(scores), abs=1e-3)
+
+
+def test_preprocess_step_counts_every_image_and_each_rejection_by_reason(triton_server) -> None:
+    pre = f"{triton_server.model_name}_preprocess"
+    before = quality_values(triton_server.metrics_url, pre)
+    assert {dict(extra)["reason"] for name, extra in before if name == REJECTED_METRIC} == set(REJECTION_REASONS)
+    for case in REASON_OF:
+        with pytest.raises(InferenceServerException, match="invalid image"):
+            infer(triton_server, triton_server.model_name, [_hostile_bytes(case)])
+    infer(triton_server, triton_server.model_name, [scene_bytes(7, 320, 240)] * 2)
+
+    total = len(REASON_OF) + 2
+    after = wait_for(lambda: quality_values(triton_server.metrics_url, pre), (IMAGES_METRIC, ()),
+                     before[(IMAGES_METRIC, ())] + total)
+    got = delta(after, before)
+    assert got[(IMAGES_METRIC, ())] == total
+    for reason in REJECTION_REASONS:
+        expected = sum(1 for r in REASON_OF.values() if r == reason)
+        assert got[(REJECTED_METRIC, (("reason", reason),))] == expected, reason
