@@ -128,12 +128,6 @@ def wait(condition: Callable[[], object], timeout_s: float) -> None:
         time.sleep(0.1)
 
 
-def stub_restarts(serve: ServeProcess) -> float:
-    """Restarts for a lost stub: seen exiting (/proc), or met by a probe ("not healthy")."""
-    metrics = serve.watchdog_metrics()
-    return sum(metrics[f"triton_watchdog_restarts_total{{reason={r}}}"] for r in ("stub_exited", "dead_stub"))
-
-
 def all_restarts(serve: ServeProcess) -> float:
     return sum(v for k, v in serve.watchdog_metrics().items() if k.startswith("triton_watchdog_restarts_total"))
 
@@ -150,14 +144,16 @@ def test_killed_stub_under_load_is_healed(healing: ServeProcess, image: bytes, s
     try:
         wait(lambda: sum(o.error is None for o in load.outcomes) >= 4, 60)
         (stub,) = healing.stubs(f"yolo_{step}_0_0")
-        mark, counted = len(healing.lines), stub_restarts(healing)
+        mark, counted = len(healing.lines), all_restarts(healing)
         killed = time.monotonic()
         stub.kill()
         healing.wait_for(r"^Triton restarted \(start \d+\) and serving again\.$", 90, after=mark)
         wait(lambda: load.back_after(killed) is not None, 60)
     finally:
         outcomes = load.stop()
-    assert stub_restarts(healing) == counted + 1  # the watchdog's metrics endpoint counted it
+    # The watchdog's metrics endpoint counted one restart. Its reason is whichever check saw the loss first: the
+    # stub's exit, a probe meeting the dead stub, or Triton itself exiting when the stub died mid-request.
+    assert all_restarts(healing) == counted + 1
     back = load.back_after(killed)
     failed = [o for o in outcomes if o.error is not None]
     print(f"\n{step} stub killed: serving again after {back:.1f} s; {len(failed)} requests failed meanwhile")
