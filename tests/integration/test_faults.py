@@ -53,7 +53,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 KEY = "faults-admin-key-0123456789"
 INFO = ModelInfo("yolo", 8, ())  # shipped with the client: no config call, so nothing but inference is timed
 DEADLINE_S = 5.0
-# CI watches closely to stay short; TDE_FAULTS_SERVE_DEFAULTS=1 measures serve's defaults (the README's numbers).
+# CI watches closely to stay short; TDE_FAULTS_SERVE_DEFAULTS=1 measures serve's defaults (the numbers in docs/OPERATING.md).
 HEALING_FLAGS = () if os.environ.get("TDE_FAULTS_SERVE_DEFAULTS") else (
     "--probe-interval-s", "0.5", "--probe-failures", "2", "--probe-timeout-s", "3", "--restart-grace-s", "2",
     "--drain-timeout-s", "10")
