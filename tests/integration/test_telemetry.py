@@ -63,12 +63,13 @@ def delta(after: Values, before: Values) -> Values:
     return {key: value - before.get(key, 0.0) for key, value in after.items()}
 
 
-def wait_for(read: Callable[[], Values], key: tuple[str, tuple[tuple[str, str], ...]], at_least: float,
-             timeout_s: float = 15.0) -> Values:
+def wait_for(read: Callable[[], Values], targets: Values, timeout_s: float = 15.0) -> Values:
+    """Read until every key in ``targets`` reaches its value: the step publishes its series one by one, each
+    increment a round trip to the server, so one series can be a second ahead of another."""
     deadline = time.monotonic() + timeout_s
     while True:
         values = read()
-        if values.get(key, 0.0) >= at_least or time.monotonic() > deadline:
+        if all(values.get(k, 0.0) >= v for k, v in targets.items()) or time.monotonic() > deadline:
             return values
         time.sleep(0.2)
 
@@ -94,8 +95,10 @@ def test_nms_step_counts_images_empty_outputs_detections_and_scores(triton_serve
                                                              strict=True) for s in row[:c]]
     assert counts.count(0) == 2 and sum(counts) > 10
 
-    after = wait_for(lambda: quality_values(triton_server.metrics_url, nms), (IMAGES_METRIC, ()),
-                     before[(IMAGES_METRIC, ())] + len(images))
+    targets = {(IMAGES_METRIC, ()): len(images), (EMPTY_OUTPUTS_METRIC, ()): 2,
+                      (f"{SCORE_METRIC}_count", ()): len(scores)}
+    after = wait_for(lambda: quality_values(triton_server.metrics_url, nms),
+                     {k: before.get(k, 0.0) + v for k, v in targets.items()})
     got = delta(after, before)
     assert got[(IMAGES_METRIC, ())] == len(images)
     assert got[(EMPTY_OUTPUTS_METRIC, ())] == 2
@@ -118,8 +121,11 @@ def test_preprocess_step_counts_every_image_and_each_rejection_by_reason(triton_
     infer(triton_server, triton_server.model_name, [scene_bytes(7, 320, 240)] * 2)
 
     total = len(REASON_OF) + 2
-    after = wait_for(lambda: quality_values(triton_server.metrics_url, pre), (IMAGES_METRIC, ()),
-                     before[(IMAGES_METRIC, ())] + total)
+    targets = {(IMAGES_METRIC, ()): total,
+                **{(REJECTED_METRIC, (("reason", r),)): float(list(REASON_OF.values()).count(r))
+                   for r in REJECTION_REASONS}}
+    after = wait_for(lambda: quality_values(triton_server.metrics_url, pre),
+                     {k: before.get(k, 0.0) + v for k, v in targets.items()})
     got = delta(after, before)
     assert got[(IMAGES_METRIC, ())] == total
     for reason in REJECTION_REASONS:
