@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from generator.errors import RepositoryWriteError
@@ -57,6 +57,45 @@ def write_repository(output: Path, files: Mapping[str, bytes], force: bool = Fal
         raise
     if backup.exists():
         shutil.rmtree(backup) if backup.is_dir() else backup.unlink()
+
+
+def update_repository(output: Path, add: Mapping[str, bytes], remove: Iterable[str] = ()) -> None:
+    """Add, replace and remove files of an existing repository in one rename: a versioned repository's new
+    version, promotion or prune. Files that stay are hard links (copies where the file system has none) in
+    the staged tree, so a large plan costs nothing to keep; ``remove`` names top-level model folders.
+    """
+    output = output.resolve()
+    _check_target(output, add, force=False)
+    gone = set(remove)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.updating-", dir=output.parent))
+    except OSError as exc:
+        raise RepositoryWriteError(f"cannot write {output}: {exc}") from exc
+    backup = output.parent / f".{output.name}.previous"
+    try:
+        for source in sorted(output.rglob("*")):
+            relative = source.relative_to(output)
+            if not source.is_file() or relative.parts[0] in gone or relative.as_posix() in add:
+                continue
+            _link_or_copy(source, staging / relative)
+        _write_files(staging, add)
+        _swap_in(staging, output, backup)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if backup.exists() and not output.exists():
+            backup.rename(output)
+        if isinstance(exc, OSError):
+            raise RepositoryWriteError(f"cannot update {output}: {exc}") from exc
+        raise
+    shutil.rmtree(backup, ignore_errors=True)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def _check_target(output: Path, files: Mapping[str, bytes], force: bool) -> None:

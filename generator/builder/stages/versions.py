@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from generator.errors import GeneratorError
@@ -164,3 +165,35 @@ def parse_version(text: str) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise VersionError(f"--version must be a positive integer or 'next', got {text!r}")
     return int(text)
+
+
+def alias_files(name: str, ensemble_config: str) -> dict[str, bytes]:
+    """The alias ensemble ``name``: the stable version's ensemble config under the plain name, version folder 1.
+
+    Parsed and written by Triton's own proto, so the alias is the same model the version was checked as.
+    """
+    from google.protobuf import text_format
+
+    from generator.builder.stages.config.render import parse_config
+
+    config = parse_config("alias", ensemble_config)
+    pinned = {step.model_version for step in config.ensemble_scheduling.step}
+    config.name = name
+    config.ClearField("version_policy")
+    header = (f"# {name}: the stable version's ensemble under the plain name (generator rollout moves it; "
+              f"steps pinned to version {', '.join(map(str, sorted(pinned)))}).\n")
+    text = header + text_format.MessageToString(config)
+    parse_config(name, text)
+    return {f"{name}/config.pbtxt": text.encode(), f"{name}/{ALIAS_VERSION}/.keep": b""}
+
+
+def read_index(repository: Path) -> RepositoryIndex | None:
+    """The index of a versioned repository, or None for a classic (single-build) one or a missing folder."""
+    path = repository / INDEX_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise VersionError(f"cannot read {path}: {exc}") from exc
+    return RepositoryIndex.from_json(data) if isinstance(data, dict) and is_index(data) else None
