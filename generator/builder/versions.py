@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from generator.builder.stages.precision.step import PrecisionTransform
 
 logger = logging.getLogger(__name__)
+_REPORTS = ("validation.json", "validation.md")
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,9 @@ def add_version(onnx_path: Path, output: Path, options: BuildOptions, version: i
     built = build_files(onnx_path, output, dataclasses.replace(options, name=ensemble), precision_transform,
                         version=number)
     manifest = _version_manifest(built.manifest, options.name, number)
-    files = {**built.files, f"{ensemble}/{VERSION_MANIFEST}": (json.dumps(manifest, indent=2) + "\n").encode()}
+    # The gate's report goes beside the version's manifest, not at the root where versions would share it.
+    files = {(f"{ensemble}/{path}" if path in _REPORTS else path): data for path, data in built.files.items()}
+    files[f"{ensemble}/{VERSION_MANIFEST}"] = (json.dumps(manifest, indent=2) + "\n").encode()
     keep = keep_versions or (index.keep_versions if index else DEFAULT_KEEP)
     if index is None:
         alias = alias_files(options.name, built.files[f"{ensemble}/config.pbtxt"].decode())
