@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from generator.builder.stages.manifest import Manifest, ManifestError, Mismatch, compare, sha256_file
 from generator.builder.stages.versions import (
     INDEX_NAME,
+    ROUTE_NAME,
     VERSION_MANIFEST,
     RepositoryIndex,
     alias_files,
@@ -68,7 +69,7 @@ def check_alias(repository: Path, index: RepositoryIndex) -> list[Mismatch]:
 
 def stray_entries(repository: Path, index: RepositoryIndex) -> list[Mismatch]:
     """Top-level entries that belong to no version, the alias or the index: Triton may load them."""
-    known = {INDEX_NAME, index.name, *(m for v in index.versions for m in version_models(index.name, v))}
+    known = {INDEX_NAME, ROUTE_NAME, index.name, *(m for v in index.versions for m in version_models(index.name, v))}
     return [Mismatch("file_added", entry.name, f"{entry.name} belongs to no version of '{index.name}' "
                      "(a pruned or foreign model?); remove it or rebuild")
             for entry in sorted(repository.iterdir()) if entry.name not in known and not entry.name.startswith(".")]

@@ -23,6 +23,7 @@ from generator.errors import GeneratorError
 from generator.serving.contract import STEPS, step_model_name
 
 INDEX_NAME = "manifest.json"
+ROUTE_NAME = "routing.json"  # the split the rollout publishes for clients (clients/canary.py)
 LAYOUT = "versioned"
 VERSION_MANIFEST = "manifest.json"  # inside the version's ensemble folder
 ALIAS_VERSION = 1  # the alias ensemble's own (only) version folder
