@@ -10,8 +10,6 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from generator.builder.rollout.agreement import Detections
 from generator.builder.rollout.window import parse_scrape
 from generator.errors import GeneratorError
@@ -91,6 +89,5 @@ def mirror(url: str, models: Sequence[str], images: Sequence[bytes], timeout_s: 
         with DetectionClient(url, model=model, timeout_s=timeout_s) as client:
             for image in images:
                 found = client.detect(image)
-                results[model].append((found.boxes(), np.asarray([d.score for d in found], dtype=np.float64),
-                                       np.asarray([d.class_id for d in found], dtype=np.int64)))
+                results[model].append((found.boxes, found.scores, found.class_ids))
     return results

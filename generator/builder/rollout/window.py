@@ -32,17 +32,23 @@ LATENCY_SUMMARY = "nv_inference_request_summary_us"
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
+def _key(name: str) -> str:
+    """A sample name without ``_total``: the parser adds it to every counter sample (OpenMetrics' rule), Triton's
+    own counters lack it and the steps' have it."""
+    return name.removesuffix("_total")
+
+
 def parse_scrape(text: str) -> Scrape:
-    """Every sample of a Prometheus text exposition, keyed by name and labels."""
+    """Every sample of a Prometheus text exposition, keyed by name (less ``_total``) and labels."""
     samples: Scrape = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+            samples[(_key(sample.name), tuple(sorted(sample.labels.items())))] = float(sample.value)
     return samples
 
 
 def _total(scrape: Scrape, name: str, models: Iterable[str], **labels: str) -> float:
-    wanted = set(models)
+    wanted, name = set(models), _key(name)
     total = 0.0
     for (sample, sample_labels), value in scrape.items():
         found = dict(sample_labels)
