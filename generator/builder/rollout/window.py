@@ -138,10 +138,10 @@ def side_window(before: Scrape, after: Scrape, models: SideModels) -> SideWindow
 
 
 def p95_ms(scrape: Scrape, ensembles: Iterable[str]) -> float | None:
-    """The largest p95 among the side's ensembles that have one (NaN: no request in Triton's window)."""
-    values = []
-    for ensemble in ensembles:
-        value = _total(scrape, LATENCY_SUMMARY, [ensemble], quantile="0.95")
-        if value == value and value > 0:  # NaN != NaN
-            values.append(value / 1000.0)
+    """The largest p95 among the side's ensembles (NaN: no request in Triton's window; an ensemble may show
+    under more than one version label)."""
+    wanted = set(ensembles)
+    values = [value / 1000.0 for (name, labels), value in scrape.items()
+              if name == LATENCY_SUMMARY and dict(labels).get("model") in wanted
+              and dict(labels).get("quantile") == "0.95" and value == value and value > 0]  # NaN != NaN
     return max(values) if values else None
