@@ -140,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
     probed = startup_models(repositories) if explicit else find_ensembles(repositories)
     server = EmbeddedServer(
         repositories[0], args.http_port, args.grpc_port, args.metrics_port,
-        extra_args=(*(f"--model-repository={r.resolve()}" for r in repositories[1:]), *trace_args(args)),
+        extra_args=(*(f"--model-repository={r.resolve()}" for r in repositories[1:]), *trace_args(args),
+                    # The latency quantiles per model and version that `generator rollout` compares.
+                    *(["--metrics-config=summary_latencies=true"] if explicit else [])),
         admin=admin, exit_timeout_s=args.drain_timeout_s, load_models=tuple(probed) if explicit else None,
     )
     try:
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     endpoint = _watchdog_endpoint(metrics, args.watchdog_metrics_port)
     supervisor = Supervisor(server.launch, server.http_url, probed, policy, restart=True,
                             on_healthy=lambda start: _announce(server, admin, start, args.watchdog_metrics_port),
-                            metrics=metrics)
+                            metrics=metrics, explicit=explicit)
     restore = supervisor.install_signal_handlers()
     try:
         code = supervisor.run()

@@ -207,6 +207,9 @@ class EmbeddedServer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(install.libraries), env.get("LD_LIBRARY_PATH")]))
         # Every backend stub inherits this: OpenCV's last line of defence against a decompression bomb.
         env.setdefault(OPENCV_PIXEL_LIMIT_ENV, str(OPENCV_PIXEL_LIMIT))
+        # No __pycache__ in the model folders: Triton takes a folder whose files changed since it loaded it for a
+        # new model, and reloads it (every step of a version in service) when an ensemble using it is loaded.
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
         return env
 
     def start(self) -> None:

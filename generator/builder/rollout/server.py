@@ -66,17 +66,31 @@ class ModelControl:
         except (urllib.error.URLError, OSError) as exc:
             raise RolloutServerError(f"cannot read Triton's metrics at {self.metrics_url}: {exc}") from None
 
-    def wait_idle(self, models: Iterable[str], timeout_s: float, poll_s: float = 0.2) -> float:
-        """Wait until no request is pending in ``models`` (Triton's pending-request gauge); seconds waited."""
+    def wait_idle(self, models: Iterable[str], timeout_s: float, quiet_s: float = 1.0, poll_s: float = 0.25
+                  ) -> float:
+        """Wait until ``models`` are idle: nothing pending and no request counted for ``quiet_s``; seconds waited.
+
+        The pending gauge alone misses an ensemble request between two steps; a count that stops moving does
+        not. Gives up after ``timeout_s`` (the caller's drain budget).
+        """
         wanted, start = set(models), time.monotonic()
+        quiet_since, last = start, None
         while time.monotonic() - start < timeout_s:
             scrape = parse_scrape(self.scrape())
-            pending = sum(v for (name, labels), v in scrape.items()
-                          if name == PENDING and dict(labels).get("model") in wanted)
-            if pending == 0:
-                return time.monotonic() - start
+            pending = _sum(scrape, PENDING, wanted)
+            handled = _sum(scrape, "nv_inference_request_success", wanted) + _sum(
+                scrape, "nv_inference_request_failure", wanted)
+            now = time.monotonic()
+            if pending or handled != last:
+                quiet_since, last = now, handled
+            elif now - quiet_since >= quiet_s:
+                return now - start
             time.sleep(poll_s)
         return time.monotonic() - start
+
+
+def _sum(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, models: set[str]) -> float:
+    return sum(v for (sample, labels), v in scrape.items() if sample == name and dict(labels).get("model") in models)
 
 
 def mirror(url: str, models: Sequence[str], images: Sequence[bytes], timeout_s: float = 30.0

@@ -51,14 +51,17 @@ def mark_rolled_back(repository: Path, index: RepositoryIndex, version: int, rec
 
 
 def revert(repository: Path, index: RepositoryIndex, record: dict[str, object], stamp: str) -> RepositoryIndex:
-    """Manual rollback after a promotion: the alias goes back to the previous stable version."""
-    previous = index.previous_stable
+    """Manual rollback after a promotion: the alias goes back to the previous stable version; the record is
+    kept beside the version rolled back."""
+    previous, current = index.previous_stable, index.stable
     if previous is None or previous not in index.versions:
-        raise VersionError(f"nothing to roll back to: version {index.stable} is stable and no earlier stable "
+        raise VersionError(f"nothing to roll back to: version {current} is stable and no earlier stable "
                            "version is kept")
-    current = index.stable
-    back = promote(repository, index.with_state(current, "candidate"), previous, record, stamp)
-    back = dataclasses.replace(back.with_state(current, "rolled_back", record_path(index, current, stamp)),
-                               previous_stable=None)
-    update_repository(repository, {INDEX_NAME: back.to_bytes()})
+    config = repository / version_model(index.name, previous) / "config.pbtxt"
+    alias = alias_files(index.name, config.read_text())
+    where = record_path(index, current, stamp)
+    back = index.with_state(current, "rolled_back", where).with_state(previous, "stable")
+    back = dataclasses.replace(back, stable=previous, previous_stable=None,
+                               alias_files={p: sha256_bytes(d) for p, d in alias.items()})
+    update_repository(repository, {**alias, where: _record_bytes(record), INDEX_NAME: back.to_bytes()})
     return back

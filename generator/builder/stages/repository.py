@@ -59,43 +59,46 @@ def write_repository(output: Path, files: Mapping[str, bytes], force: bool = Fal
         shutil.rmtree(backup) if backup.is_dir() else backup.unlink()
 
 
-def update_repository(output: Path, add: Mapping[str, bytes], remove: Iterable[str] = ()) -> None:
-    """Add, replace and remove files of an existing repository in one rename: a versioned repository's new
-    version, promotion or prune. Files that stay are hard links (copies where the file system has none) in
-    the staged tree, so a large plan costs nothing to keep; ``remove`` names top-level model folders.
+def update_repository(output: Path, add: Mapping[str, bytes], remove: Iterable[str] = (),
+                      commit: str = MARKER) -> None:
+    """Change a live repository in place: new model folders renamed in whole, changed files replaced one by one
+    (each a rename: atomic), ``commit`` (the index) replaced last, then ``remove`` (top-level folders)
+    deleted. A versioned repository's new version, promotion or prune.
+
+    Not one rename of the whole tree, on purpose: Triton reloads every model whose folder looks modified when
+    it next loads one that depends on it, so a fresh copy of the tree would reload every version in service.
+    Until ``commit`` is replaced the index does not name what was added; a failure before that removes the
+    folders this call renamed in.
     """
     output = output.resolve()
     _check_target(output, add, force=False)
-    gone = set(remove)
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.updating-", dir=output.parent))
     except OSError as exc:
         raise RepositoryWriteError(f"cannot write {output}: {exc}") from exc
-    backup = output.parent / f".{output.name}.previous"
+    created: list[Path] = []
     try:
-        for source in sorted(output.rglob("*")):
-            relative = source.relative_to(output)
-            if not source.is_file() or relative.parts[0] in gone or relative.as_posix() in add:
-                continue
-            _link_or_copy(source, staging / relative)
         _write_files(staging, add)
-        _swap_in(staging, output, backup)
+        for top in sorted({Path(rel).parts[0] for rel in add} - {commit}):
+            if not (output / top).exists():
+                (staging / top).rename(output / top)
+                created.append(output / top)
+                continue
+            for rel in sorted(r for r in add if Path(r).parts[0] == top):
+                (output / rel).parent.mkdir(parents=True, exist_ok=True)
+                (staging / rel).replace(output / rel)
+        if commit in add:
+            (staging / commit).replace(output / commit)
     except BaseException as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if backup.exists() and not output.exists():
-            backup.rename(output)
+        for folder in created:
+            shutil.rmtree(folder, ignore_errors=True)
         if isinstance(exc, OSError):
             raise RepositoryWriteError(f"cannot update {output}: {exc}") from exc
         raise
-    shutil.rmtree(backup, ignore_errors=True)
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for top in remove:
+        shutil.rmtree(output / top, ignore_errors=True)
 
 
 def _check_target(output: Path, files: Mapping[str, bytes], force: bool) -> None:
