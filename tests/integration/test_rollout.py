@@ -5,6 +5,9 @@ built to return nothing rolled back by the rollout itself. The time each took is
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +26,7 @@ from generator.builder.stages.versions import ROUTE_NAME, read_index
 from generator.builder.versions import add_version
 from generator.cli.rollout import control_images
 from generator.synthetic import encode, make_scene
-from tests.integration.serve_process import ServeProcess
+from tests.integration.serve_process import ROOT, ServeProcess
 
 pytestmark = pytest.mark.integration
 KEY = "5" * 64
@@ -135,22 +138,41 @@ def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(vers
     assert kept["action"] == "manual_rollback"
 
 
-def test_a_candidate_that_finds_nothing_is_rolled_back_by_the_rollout(versioned, demo_onnx, scenes) -> None:
+def test_a_candidate_that_finds_nothing_is_rolled_back_by_the_rollout(versioned, demo_onnx, scenes, tmp_path) -> None:
     repository, serve = versioned
     # The demo scores its shapes at 0.95-0.999: a 0.9999 threshold leaves every image empty.
     add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000, conf_threshold=0.9999))
+    record_file = tmp_path / "decision.json"
+    command = [sys.executable, "-m", "generator", "rollout", "--model-repository", str(repository),
+               "--url", serve.http_url, "--metrics-url", f"127.0.0.1:{serve.metrics_port}", "--canary-percent", "25",
+               "--window-s", str(WINDOW_S), "--record", str(record_file)]
     with SteadyLoad(serve.grpc_url, repository / ROUTE_NAME, scenes) as load:
         time.sleep(1.0)
         started = time.monotonic()
-        record = rollout(settings(repository, serve))
+        done = subprocess.run(command, cwd=ROOT, env={**os.environ, "TRITON_ADMIN_TOKEN": KEY}, capture_output=True,
+                              text=True, timeout=300)
         elapsed = time.monotonic() - started
         time.sleep(1.0)
+    assert done.returncode == 3, done.stdout + done.stderr  # the command's exit code for "rolled back"
+    record = json.loads(record_file.read_text())
     print(f"\nautomatic rollback {elapsed:.1f} s ({record['timings']}), failed checks {record['failed']}, "
           f"{load.answered} requests answered {load.counts}")
-    assert record["action"] == "rollback"
-    assert {"empty_share", "detections_distribution", "control_agreement"} <= set(record["failed"])  # type: ignore[arg-type]
+    assert record["action"] == "rollback" and "Rollout of version 2: rollback (failed: " in done.stdout
+    assert {"empty_share", "detections_distribution", "control_agreement"} <= set(record["failed"])
     assert load.errors == [], load.errors[:5]
     index = read_index(repository)
     assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
     assert "yolo_v2" not in control(serve).loaded() and "yolo" in control(serve).loaded()
     assert (repository / "yolo_v2" / Path(str(index.versions[2].decision)).name).is_file()
+
+
+def test_a_candidate_triton_refuses_to_load_is_rolled_back_before_any_traffic(versioned, demo_onnx) -> None:
+    repository, serve = versioned
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    (repository / "yolo_v2_nms" / "2" / "model.py").write_text("raise RuntimeError('broken on purpose')\n")
+    record = rollout(settings(repository, serve))
+    assert record["action"] == "rollback" and record["failed"] == ["load"]
+    assert "yolo_v2" in str(record["error"])
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
+    assert json.loads((repository / "routing.json").read_text())["canary"] is None

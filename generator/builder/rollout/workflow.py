@@ -23,7 +23,7 @@ from clients.canary import Route, write_route
 from generator.builder.rollout import state
 from generator.builder.rollout.agreement import agreement
 from generator.builder.rollout.decision import Decision, Thresholds, decide
-from generator.builder.rollout.server import ModelControl, mirror
+from generator.builder.rollout.server import ModelControl, RolloutServerError, mirror
 from generator.builder.rollout.window import SideModels, parse_scrape, side_window
 from generator.builder.stages.versions import (
     ROUTE_NAME,
@@ -110,7 +110,10 @@ def rollout(settings: RolloutSettings) -> dict[str, object]:
     control, canary_model = settings.control, version_model(index.name, candidate)
     timings: dict[str, float] = {}
     start = time.monotonic()
-    control.load(canary_model)
+    try:
+        control.load(canary_model)
+    except RolloutServerError as exc:
+        return _refused_load(settings, index, candidate, exc, start)
     timings["load_s"] = time.monotonic() - start
     write_route(settings.route_path, Route(index.name, canary_model, settings.canary_percent))
     try:
@@ -130,6 +133,22 @@ def rollout(settings: RolloutSettings) -> dict[str, object]:
     logger.info("Rollout of version %d: %s%s", candidate, decision.action,
                 f" (failed: {', '.join(c.name for c in decision.failed)})" if decision.failed else "")
     return _with_timings(record, timings, finish, start)
+
+
+def _refused_load(settings: RolloutSettings, index: RepositoryIndex, candidate: int, exc: RolloutServerError,
+                  start: float) -> dict[str, object]:
+    """A candidate Triton will not load is rolled back before it sees a request."""
+    model = version_model(index.name, candidate)
+    try:
+        settings.control.unload(model)  # whatever part of it did load
+    except RolloutServerError:
+        logger.warning("unloading the refused %s failed as well", model)
+    record: dict[str, object] = {"stable": index.stable, "candidate": candidate, "action": "rollback",
+                                 "failed": ["load"], "error": str(exc),
+                                 "timings": {"total_s": round(time.monotonic() - start, 3)}}
+    state.mark_rolled_back(settings.repository, index, candidate, record, _stamp())
+    logger.info("Rollout of version %d: rollback (Triton refused to load it: %s)", candidate, exc)
+    return record
 
 
 def _with_timings(record: dict[str, object], timings: dict[str, float], finish: float, start: float
