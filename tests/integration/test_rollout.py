@@ -120,6 +120,7 @@ def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(vers
         record = rollout(settings(repository, serve))
         promoted_s = time.monotonic() - started
         assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
+        assert not {"yolo_v1_preprocess", "yolo_v1_detector", "yolo_v1_nms"} & control(serve).loaded()
         time.sleep(1.0)
         started = time.monotonic()
         manual = rollback(repository, control(serve))

@@ -170,7 +170,10 @@ def _promote(settings: RolloutSettings, index: RepositoryIndex, candidate: int, 
 def retire(control: ModelControl, name: str, version: int, drain_s: float) -> None:
     """Unload a version nobody routes to any more, once its requests in flight are done."""
     control.wait_idle(version_models(name, version), drain_s)
-    control.unload(version_model(name, version))
+    # Each model by name: unload_dependents reaches the steps only when the version's own ensemble was loaded,
+    # and the alias (which used them) has moved on.
+    for model in version_models(name, version):
+        control.unload(model)
 
 
 def rollback(repository: Path, control: ModelControl, route_file: Path | None = None, drain_s: float = 10.0
