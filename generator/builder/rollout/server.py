@@ -22,6 +22,14 @@ class RolloutServerError(GeneratorError):
     """Triton refused or did not answer a call the rollout needs."""
 
 
+class TritonRefusedError(RolloutServerError):
+    """Triton answered a call with an error status (a model that fails to load: 400)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass(frozen=True)
 class ModelControl:
     """Load and unload models of a server started with ``--model-control explicit`` (serve --model-control)."""
@@ -43,7 +51,7 @@ class ModelControl:
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:300]
             hint = " (pass --admin-key or set TRITON_ADMIN_TOKEN)" if exc.code == 403 else ""
-            raise RolloutServerError(f"{path}: HTTP {exc.code}: {detail}{hint}") from None
+            raise TritonRefusedError(f"{path}: HTTP {exc.code}: {detail}{hint}", exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             raise RolloutServerError(f"cannot reach Triton at {self.http_url}: {exc}") from None
 

@@ -23,7 +23,7 @@ from clients.canary import Route, write_route
 from generator.builder.rollout import state
 from generator.builder.rollout.agreement import agreement
 from generator.builder.rollout.decision import Decision, Thresholds, decide
-from generator.builder.rollout.server import ModelControl, RolloutServerError, mirror
+from generator.builder.rollout.server import ModelControl, RolloutServerError, TritonRefusedError, mirror
 from generator.builder.rollout.window import SideModels, parse_scrape, side_window
 from generator.builder.stages.versions import (
     ROUTE_NAME,
@@ -112,7 +112,9 @@ def rollout(settings: RolloutSettings) -> dict[str, object]:
     start = time.monotonic()
     try:
         control.load(canary_model)
-    except RolloutServerError as exc:
+    except TritonRefusedError as exc:
+        if exc.status in (401, 403):  # the key, not the candidate: nothing was decided
+            raise
         return _refused_load(settings, index, candidate, exc, start)
     timings["load_s"] = time.monotonic() - start
     write_route(settings.route_path, Route(index.name, canary_model, settings.canary_percent))
