@@ -92,6 +92,10 @@ def test_build_cli_adds_the_next_version_and_check_verifies_every_one(repository
     checked = run_cli("check", "--files-only", str(repository))
     assert checked.returncode == 0, checked.stderr
     assert "versions 1, 2 match their manifests; the alias 'yolo' serves version 1" in checked.stdout
+    validated = run_cli("validate", "--model-repository", str(repository), "--version", "2", "--count", "4")
+    assert validated.returncode == 0, validated.stderr
+    assert (repository / "yolo_v2" / "validation.json").is_file()  # beside the version, not at the root
+    assert run_cli("check", "--files-only", str(repository)).returncode == 0  # its report is no build file
     (repository / "yolo_v2_nms" / "2" / "model.py").write_text("# changed\n")
     (repository / "stray_model").mkdir()
     checked = run_cli("check", "--files-only", str(repository))
