@@ -176,6 +176,11 @@ class Settings:
     proxy_grpc_port: int = 8444
     # Host address compose publishes the proxy on; set a non-loopback IP to serve remote clients.
     proxy_bind_address: str = "127.0.0.1"
+    # A canary during `generator rollout` (README "Updating a model safely"): the proxy sends this share of the
+    # HTTP inference requests for model_name to canary_model (MODEL_vN, loaded beside the stable version);
+    # 0: no split. gRPC names the model inside the message, so its split stays with the clients.
+    canary_model: str = ""
+    canary_percent: float = 0.0
     # Host address of everything else compose publishes (dashboards, Locust UI): loopback only.
     bind_address: str = "127.0.0.1"
     prometheus_port: int = 9090
@@ -242,6 +247,7 @@ class Settings:
         _check_network(self)
         _check_kubernetes(self)
         _check_telemetry(self)
+        _check_canary(self)
 
     # --- derived values ---------------------------------------------------------------------------
     @property
@@ -441,6 +447,14 @@ def _check_telemetry(s: Settings) -> None:
         s.trace_settings  # noqa: B018 -- validates the URL and the rate
     except TraceSettingsError as exc:
         raise SettingsError(f"trace_otlp_url / trace_rate: {exc}") from exc
+
+
+def _check_canary(s: Settings) -> None:
+    if not 0.0 <= s.canary_percent <= 100.0:
+        raise SettingsError(f"canary_percent must be within 0..100, got {s.canary_percent}")
+    if s.canary_percent > 0 and not re.fullmatch(rf"{re.escape(s.model_name)}_v[1-9][0-9]*", s.canary_model):
+        raise SettingsError(f"canary_percent {s.canary_percent:g} needs canary_model = {s.model_name}_vN, the "
+                            f"version under trial (generator rollout), got {s.canary_model!r}")
 
 
 def _check_kubernetes(s: Settings) -> None:

@@ -22,6 +22,7 @@ import grpc.experimental.gevent as grpc_gevent
 from locust import User, task
 from locust.env import Environment
 
+from clients.canary import Route, Splitter, read_route
 from clients.nodelay import disable_nagle
 from clients.request import image_request
 from generator.serving.contract import NUM_DETECTIONS
@@ -53,6 +54,9 @@ def add_locust_arguments(parser: Any) -> None:
                        help="exit non-zero if the failure ratio exceeds this")
     group.add_argument("--triton-ca-cert", env_var="LOADTEST_CA_CERT", default="",
                        help="CA certificate for grpcs:// and https:// hosts (the deploy's TLS proxy)")
+    group.add_argument("--triton-route-file", env_var="LOADTEST_ROUTE_FILE", default="",
+                       help="follow the stable/canary split `generator rollout` publishes (routing.json): that share "
+                            "of the requests goes to the canary version, reported under its name")
     group.add_argument("--triton-runinfo", env_var="LOADTEST_RUNINFO", default="",
                        help="write run facts (users, CPU warnings, totals) as JSON here when Locust quits")
 
@@ -66,6 +70,7 @@ class UserSettings:
     timeout_s: float
     think_s: float
     ca_cert: str = ""
+    route_file: Path | None = None
 
     @classmethod
     def from_options(cls, options: argparse.Namespace | None) -> UserSettings:
@@ -74,6 +79,7 @@ class UserSettings:
             return value if value not in (None, "") else os.environ.get(env, default)
 
         images = get("triton_images", "LOADTEST_IMAGES", "")
+        route = get("triton_route_file", "LOADTEST_ROUTE_FILE", "")
         return cls(
             model=str(get("triton_model", "LOADTEST_MODEL", "yolo")),
             images=Path(images) if images else None,
@@ -82,6 +88,7 @@ class UserSettings:
             timeout_s=float(get("triton_timeout", "LOADTEST_TIMEOUT", 30.0)),
             think_s=float(get("triton_think_ms", "LOADTEST_THINK_MS", 0.0)) / 1000.0,
             ca_cert=str(get("triton_ca_cert", "LOADTEST_CA_CERT", "")),
+            route_file=Path(route) if route else None,
         )
 
 
@@ -115,6 +122,21 @@ class TritonUser(User):
         self.images = corpus_for(self.settings)
         self._cursor = random.randrange(len(self.images))  # users start at different images
         self._requests: list[Any] = []
+        self._split = Splitter()
+        self._route: tuple[int, Route] | None = None  # (mtime_ns, route) of the route file
+
+    def model(self) -> str:
+        """The model of the next request: the canary for the route's share, else the stable one."""
+        path = self.settings.route_file
+        if path is None:
+            return self.settings.model
+        stamp = path.stat().st_mtime_ns
+        if self._route is None or self._route[0] != stamp:
+            self._route = (stamp, read_route(path))
+        route = self._route[1]
+        if route.canary is not None and self._split.to_canary(route.canary_percent):
+            return route.canary
+        return route.stable
 
     def wait_time(self) -> float:
         return self.settings.think_s
@@ -130,8 +152,8 @@ class TritonUser(User):
         """Build the request for one image once, so serialisation is not timed on every call."""
         raise NotImplementedError
 
-    def send(self, request: Any) -> int:
-        """Send one prepared request; return the number of bytes received; raise on any failure."""
+    def send(self, request: Any, model: str) -> int:
+        """Send one prepared request to ``model``; return the number of bytes received; raise on any failure."""
         raise NotImplementedError
 
     @task
@@ -140,14 +162,15 @@ class TritonUser(User):
         self._cursor = (self._cursor + 1) % len(self._requests)
         start_time = time.time()
         start = time.perf_counter()
-        received, error = 0, None
+        received, error, model = 0, None, self.settings.model
         try:
-            received = self.send(request)
+            model = self.model()
+            received = self.send(request, model)
         except Exception as exc:  # noqa: BLE001 -- every failure is a data point for Locust, not a crash
             error = exc
         self.environment.events.request.fire(
             request_type=self.protocol,
-            name=self.settings.model,
+            name=model,
             response_time=(time.perf_counter() - start) * 1000.0,
             response_length=received,
             response=None,
@@ -183,10 +206,10 @@ class TritonGrpcUser(TritonUser):
     def prepare(self, image: bytes) -> Any:
         return image_request(self._grpc, [image])
 
-    def send(self, request: Any) -> int:
+    def send(self, request: Any, model: str) -> int:
         inputs, outputs = request
         result = self.client.infer(
-            self.settings.model, inputs, outputs=outputs, client_timeout=self.settings.timeout_s
+            model, inputs, outputs=outputs, client_timeout=self.settings.timeout_s
         )
         _check_result(result)
         return int(result.get_response().ByteSize())
@@ -235,9 +258,9 @@ class TritonHttpUser(TritonUser):
         headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
         return body, headers
 
-    def send(self, request: Any) -> int:
+    def send(self, request: Any, model: str) -> int:
         body, headers = request
-        response = self.client.post(f"{self._prefix}/v2/models/{self.settings.model}/infer", body=body, headers=headers)
+        response = self.client.post(f"{self._prefix}/v2/models/{model}/infer", body=body, headers=headers)
         data = response.read()
         if response.status_code != 200:
             try:

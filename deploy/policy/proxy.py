@@ -28,11 +28,28 @@ def proxy_violations(conf: str, settings: Settings, where: str = "proxy/nginx.co
     want_up = [f"127.0.0.1:{settings.http_port}", f"127.0.0.1:{settings.grpc_port}"]
     if sorted(upstreams) != sorted(want_up):
         problems.append(f"{where}: upstreams must be Triton on loopback {want_up}, got {upstreams}")
-    if _directives(conf, "grpc_pass") != ["grpc://triton_grpc"] or _directives(conf, "proxy_pass") != ["http://triton_http"]:
+    if _directives(conf, "grpc_pass") != ["grpc://triton_grpc"] or set(_directives(conf, "proxy_pass")) != {"http://triton_http"}:
         problems.append(f"{where}: gRPC must go through grpc_pass and HTTP through proxy_pass to the upstreams")
     protocols = " ".join(_directives(conf, "ssl_protocols")).split()
     if not protocols or set(protocols) - {"TLSv1.2", "TLSv1.3"}:
         problems.append(f"{where}: ssl_protocols must be TLSv1.2/TLSv1.3 only, got {protocols}")
     if "grpc-status 8" not in conf:
         problems.append(f"{where}: an oversized gRPC request must end with grpc-status 8 (RESOURCE_EXHAUSTED)")
-    return problems
+    return problems + canary_violations(conf, settings, where)
+
+
+def canary_violations(conf: str, settings: Settings, where: str = "proxy/nginx.conf") -> list[str]:
+    """The weighted split is there exactly when the settings ask for one, with their share and models."""
+    text = "\n".join(line.split("#", 1)[0] for line in conf.splitlines())
+    splits = re.findall(r"split_clients\s+(.*?)\s*\{\s*$", text, re.MULTILINE)
+    if settings.canary_percent <= 0:
+        return [f"{where}: a split_clients without canary_percent in the settings"] if splits else []
+    share = f'{settings.canary_percent:g}% "{settings.canary_model}";'
+    rewrite = "^ /v2/models/$ensemble_target/infer break"
+    if ([s.strip() for s in splits] != ['"${request_id}" $ensemble_target'] or share not in text
+            or f'* "{settings.model_name}";' not in text or _directives(conf, "rewrite") != [rewrite]
+            or f"location = /v2/models/{settings.model_name}/infer" not in text):
+        return [f"{where}: canary_percent {settings.canary_percent:g} needs split_clients sending "
+                f"{settings.canary_percent:g}% of /v2/models/{settings.model_name}/infer to {settings.canary_model} "
+                f"and the rest to {settings.model_name}"]
+    return []

@@ -74,21 +74,21 @@ def nms_info(info: DetectorInfo, options: BuildOptions) -> DetectorInfo:
     return dataclasses.replace(info, output=output, layout=GRAPH_NMS_LAYOUT)
 
 
-def _python_step_files(model: str, source: str, gpu: bool = False) -> dict[str, bytes]:
+def _python_step_files(model: str, source: str, gpu: bool = False, folder: str = "1") -> dict[str, bytes]:
     """model.py plus the shared helpers and the pure pipeline package (and ``gpu/`` if asked), copied next to it."""
     models = resources.files("generator.serving.models")
     pipeline = resources.files("generator.serving")
     files = {
-        f"{model}/1/model.py": models.joinpath(source).read_bytes(),
-        f"{model}/1/ensemble_common.py": models.joinpath("ensemble_common.py").read_bytes(),
+        f"{model}/{folder}/model.py": models.joinpath(source).read_bytes(),
+        f"{model}/{folder}/ensemble_common.py": models.joinpath("ensemble_common.py").read_bytes(),
     }
     packages = [(pipeline, "ensemble_pipeline")]
     if gpu:
         packages.append((pipeline.joinpath("gpu"), "ensemble_pipeline/gpu"))
-    for package, folder in packages:
+    for package, copy_to in packages:
         for entry in package.iterdir():
             if entry.name.endswith(".py"):
-                files[f"{model}/1/{folder}/{entry.name}"] = entry.read_bytes()
+                files[f"{model}/{folder}/{copy_to}/{entry.name}"] = entry.read_bytes()
     return files
 
 
@@ -226,40 +226,58 @@ class DetectorBuild:
     pending: tuple[str, ...] = ()  # files written later (a deferred plan)
 
 
-def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions) -> DetectorBuild:
+def _in_folder(path: str, folder: str) -> str:
+    """A path the TensorRT stage writes under version folder 1, moved to ``folder``."""
+    return f"{folder}/{path.removeprefix('1/')}" if path.startswith("1/") else path
+
+
+def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions,
+                    folder: str = "1") -> DetectorBuild:
     """Files and config I/O of the detector: the served ONNX, or the TensorRT plan and its inputs."""
     detector = options.model_names["detector"]
     if options.target != "tensorrt":
         onnx_bytes = served.SerializeToString()
         backend_io = onnxruntime_io(onnx_bytes) if options.target == "onnxruntime" else None
         io = detector_io(backend_io or declared_io(info_served), info_served, options)
-        files = {f"{detector}/1/model.onnx": onnx_bytes}
+        files = {f"{detector}/{folder}/model.onnx": onnx_bytes}
         if io.warmup is not None:
             files[f"{detector}/warmup/{io.warmup.file}"] = io.warmup.data
         return DetectorBuild(files, io, backend_io)
     from generator.builder.stages.tensorrt.step import engine_of, tensorrt_detector
 
     artifacts = tensorrt_detector(served, info_served, options)
-    files = {f"{detector}/{path}": data for path, data in artifacts.files.items()}
-    plan = {**artifacts.plan, "plan_file": f"{detector}/{artifacts.plan['plan_file']}",
-            "spec_file": f"{detector}/{artifacts.plan['spec_file']}"}
+    files = {f"{detector}/{_in_folder(path, folder)}": data for path, data in artifacts.files.items()}
+    plan = {**artifacts.plan, "plan_file": f"{detector}/{_in_folder(str(artifacts.plan['plan_file']), folder)}",
+            "spec_file": f"{detector}/{_in_folder(str(artifacts.plan['spec_file']), folder)}"}
     pending = (plan["plan_file"],) if artifacts.report is None else ()
     return DetectorBuild(files, artifacts.request.detector, engine_of(artifacts), plan, pending)
 
 
 def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: DetectorBuild,
-                 service: ServiceTime) -> tuple[dict[str, bytes], tuple[str, ...]]:
+                 service: ServiceTime, version: int | None = None) -> tuple[dict[str, bytes], tuple[str, ...]]:
     """Every config.pbtxt, the ensemble's version folder and the Python-backend sources."""
     names = options.model_names
+    folder = str(version or 1)
     extra = step_parameters(options, info_served.output.name)
-    rendered = render_models(info_served, options, extra, detector=detector.io, service=service)
+    rendered = render_models(info_served, options, extra, detector=detector.io, service=service, version=version)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
-    files[f"{options.name}/1/.keep"] = b""  # an ensemble still needs a version folder
+    files[f"{options.name}/{folder}/.keep"] = b""  # an ensemble still needs a version folder
     for step, source in _STEP_SOURCES.items():
         if step != "detector" or options.target == "embedded":
             gpu = step == "preprocess" and options.preprocess_device == "gpu"
-            files.update(_python_step_files(names[step], source, gpu=gpu))
+            files.update(_python_step_files(names[step], source, gpu=gpu, folder=folder))
     return files, tuple(rendered)
+
+
+@dataclass(frozen=True)
+class BuiltFiles:
+    """A build in memory, checked and not yet written: the files (manifest last), what they are."""
+
+    files: dict[str, bytes]
+    info: DetectorInfo
+    models: tuple[str, ...]
+    manifest: dict[str, object]
+    pending: tuple[str, ...]
 
 
 def build_repository(
@@ -273,6 +291,22 @@ def build_repository(
 
     For FP16/INT8 the accuracy gate runs on the served graph first; a failed gate writes nothing.
     ``precision_transform`` replaces the default precision stage (``generator.builder.stages.precision.step``).
+    """
+    built = build_files(onnx_path, output, options, precision_transform)
+    built.files[MANIFEST_NAME] = (json.dumps(built.manifest, indent=2) + "\n").encode()
+    write_repository(output, built.files, force=force)
+    if built.pending:
+        logger.info("The TensorRT plan is still to be built: on the serving GPU host run "
+                    "python -m generator plan %s", output)
+    return BuildResult(output, built.info, built.models, built.manifest)
+
+
+def build_files(onnx_path: Path, output: Path, options: BuildOptions,
+                precision_transform: PrecisionTransform | None = None, version: int | None = None) -> BuiltFiles:
+    """Every file of one build, checked against Triton's load rules (and the gate), plus its manifest.
+
+    ``version`` writes the version folder ``version`` with its version policy instead of ``1``
+    (generator.builder.stages.versions); the manifest is returned, not among the files.
     """
     require_domain_data(onnx_path, options)
     if options.target == "tensorrt" and not options.tensorrt.defer_plan:
@@ -295,9 +329,9 @@ def build_repository(
     service = measure_service_time(served, info_served, options)
     if warning := budget_warning(options.max_queue_ms, service.batch_ms):
         logger.warning("%s", warning)
-    detector = _detector_build(served, info_served, options)
+    detector = _detector_build(served, info_served, options, str(version or 1))
     files = dict(detector.files)
-    model_files, models = _model_files(info_served, options, detector, service)
+    model_files, models = _model_files(info_served, options, detector, service, version)
     files.update(model_files)
     backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
     check_repository(files, backend_io, set(detector.pending))
@@ -306,9 +340,4 @@ def build_repository(
         files.update(_run_gate(onnx_path, gated, info, info_gated.layout, options))
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
                          validated, detector.plan, service)
-    files[MANIFEST_NAME] = (json.dumps(manifest, indent=2) + "\n").encode()
-    write_repository(output, files, force=force)
-    if detector.pending:
-        logger.info("The TensorRT plan is still to be built: on the serving GPU host run "
-                    "python -m generator plan %s", output)
-    return BuildResult(output, info, models, manifest)
+    return BuiltFiles(files, info, models, manifest, detector.pending)

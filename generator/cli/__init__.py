@@ -15,6 +15,8 @@ COMMANDS = {
     "check": ("check", "Compare a repository's manifest with this machine (TensorRT, GPU, file hashes)."),
     "plan": ("plan", "Build the TensorRT plan of a --defer-plan repository on this GPU host."),
     "selftest": ("selftest", "GPU host: build the demo as an FP16 plan, serve it, compare with the FP32 reference."),
+    "rollout": ("rollout", "Try the newest version on a share of the traffic; promote or roll back by itself."),
+    "rollback": ("rollback", "Stop a canary, or move the alias back to the previous stable version."),
     "validate": ("validate", "Accuracy gate: compare a built repository with the FP32 reference (mAP)."),
 }
 

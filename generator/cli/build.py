@@ -22,6 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="detector ONNX (default: the bundled demo detector)")
     parser.add_argument("--output", type=Path, default=Path("model_repository"), help="repository to write")
     parser.add_argument("--force", action="store_true", help="replace an --output this tool did not write")
+    parser.add_argument("--version", metavar="N|next", default=None,
+                        help="add version N (or 'next': the next free number) beside the versions of --output, in "
+                             "one rename; the first becomes stable, later ones wait for `generator rollout`. "
+                             "Default: 'next' when --output already holds versions, else one unversioned build")
+    parser.add_argument("--keep-versions", type=int, default=None, metavar="K",
+                        help="versioned repositories: keep at most K versions, pruning the oldest (never the "
+                             "stable one or the one before it); default: the repository's (3)")
     add_option_arguments(parser, BuildOptions)
 
 
@@ -29,11 +36,28 @@ def options_from_args(args: argparse.Namespace) -> BuildOptions:
     return from_args(BuildOptions, args)
 
 
+def _versioned(args: argparse.Namespace, options: BuildOptions, onnx_path: Path) -> int | None:
+    """Build a version when asked for one or when --output holds versions; None: an unversioned build."""
+    from generator.builder.stages.versions import parse_version, read_index
+    from generator.builder.versions import add_version
+
+    if args.version is None and args.keep_versions is None and read_index(args.output) is None:
+        return None
+    version = parse_version(args.version) if args.version is not None else None
+    result = add_version(onnx_path, args.output, options, version, args.keep_versions, force=args.force)
+    role = "stable (the alias serves it)" if result.index.stable == result.version else "a candidate"
+    logger.info("Built version %d of '%s' in %s as %s; versions %s", result.version, options.name, result.output,
+                role, ", ".join(map(str, result.index.served)))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     onnx_path = args.onnx or DEMO_ONNX
     if args.onnx is None and not DEMO_ONNX.exists():
         raise GeneratorError(f"the bundled demo detector is missing ({DEMO_ONNX}); pass --onnx PATH")
+    if (code := _versioned(args, options, onnx_path)) is not None:
+        return code
     result = build_repository(onnx_path, args.output, options, force=args.force)
     info = result.info
     logger.info("Built %s from %s: %s head, %d classes, input %dx%d, %s batch, target %s, precision %s",

@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-otlp", metavar="URL",
                         help="send OpenTelemetry traces to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318/v1/traces); "
                              "requests carrying a W3C traceparent are always traced")
+    parser.add_argument("--model-control", choices=("none", "explicit"), default="none",
+                        help="none: serve everything in the repositories, fixed; explicit: start with each "
+                             "repository's ensembles (a versioned repository: its alias only) and load or unload "
+                             "models through the admin API, as `generator rollout` does")
     parser.add_argument("--trace-rate", type=int, default=DEFAULT_RATE,
                         help="with --trace-otlp: trace every N-th request that carries no trace context; "
                              "0: only requests that do")
@@ -62,6 +66,18 @@ def find_ensembles(repositories: list[Path]) -> list[str]:
         for config in repository.glob("*/config.pbtxt")
         if _ENSEMBLE_RE.search(config.read_text(errors="replace"))
     )
+
+
+def startup_models(repositories: list[Path]) -> list[str]:
+    """What ``--model-control explicit`` loads at start: a versioned repository's alias (its stable version
+    comes with it), every ensemble of a classic one. Each brings its composing models."""
+    from generator.builder.stages.versions import read_index
+
+    names: list[str] = []
+    for repository in repositories:
+        index = read_index(repository)
+        names += [index.name] if index is not None else find_ensembles([repository])
+    return sorted(names)
 
 
 def _model_names(server: EmbeddedServer) -> list[str]:
@@ -120,10 +136,14 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.drain_timeout_s <= 3600:
         raise ServerError(f"--drain-timeout-s must be 1..3600 seconds, got {args.drain_timeout_s}")
     admin = admin_access()
+    explicit = args.model_control == "explicit"
+    probed = startup_models(repositories) if explicit else find_ensembles(repositories)
     server = EmbeddedServer(
         repositories[0], args.http_port, args.grpc_port, args.metrics_port,
-        extra_args=(*(f"--model-repository={r.resolve()}" for r in repositories[1:]), *trace_args(args)),
-        admin=admin, exit_timeout_s=args.drain_timeout_s,
+        extra_args=(*(f"--model-repository={r.resolve()}" for r in repositories[1:]), *trace_args(args),
+                    # The latency quantiles per model and version that `generator rollout` compares.
+                    *(["--metrics-config=summary_latencies=true"] if explicit else [])),
+        admin=admin, exit_timeout_s=args.drain_timeout_s, load_models=tuple(probed) if explicit else None,
     )
     try:
         policy = WatchPolicy(failures=args.probe_failures, interval_s=args.probe_interval_s,
@@ -133,9 +153,9 @@ def run(args: argparse.Namespace) -> int:
         raise ServerError(f"watchdog settings: {exc}") from None
     metrics = WatchdogMetrics()
     endpoint = _watchdog_endpoint(metrics, args.watchdog_metrics_port)
-    supervisor = Supervisor(server.launch, server.http_url, find_ensembles(repositories), policy, restart=True,
+    supervisor = Supervisor(server.launch, server.http_url, probed, policy, restart=True,
                             on_healthy=lambda start: _announce(server, admin, start, args.watchdog_metrics_port),
-                            metrics=metrics)
+                            metrics=metrics, explicit=explicit)
     restore = supervisor.install_signal_handlers()
     try:
         code = supervisor.run()

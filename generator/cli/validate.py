@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from generator.builder.stages.gate import accuracy_gate, served_vs_reference
 from generator.errors import GeneratorError
@@ -23,20 +24,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference-onnx", type=Path, default=None,
                         help="the FP32 source ONNX (default: the path recorded in the manifest)")
     parser.add_argument("--count", type=int, default=64, help="synthetic control images when no --images")
+    parser.add_argument("--version", type=int, default=None,
+                        help="versioned repositories: the version to validate (default: the stable one)")
     parser.add_argument("--url", default=None,
                         help="also run the control set through a running Triton (grpc://host:port or http://...)")
 
 
+def _build_record(repository: Path, version: int | None) -> tuple[Path, dict[str, Any], Path]:
+    """The manifest to validate, the folder its reports go to, and the detector ONNX it serves."""
+    from generator.builder.stages.versions import VERSION_MANIFEST, read_index, version_model
+
+    index = read_index(repository)
+    if index is None:
+        if version is not None:
+            raise GeneratorError(f"{repository} holds no versions; drop --version")
+        manifest_path, folder = repository / "manifest.json", repository
+    else:
+        number = index.stable if version is None else version
+        if number not in index.versions:
+            raise GeneratorError(f"{repository} has no version {number} (versions "
+                                 f"{', '.join(map(str, index.served))})")
+        folder = repository / version_model(index.name, number)
+        manifest_path = folder / VERSION_MANIFEST
+    if not manifest_path.is_file():
+        raise GeneratorError(f"{repository} has no {manifest_path.name}; build it with python -m generator build")
+    manifest = json.loads(manifest_path.read_text())
+    folder_name = str(manifest.get("version", 1))
+    return folder, manifest, repository / f"{manifest['name']}_detector" / folder_name / "model.onnx"
+
+
 def run(args: argparse.Namespace) -> int:
     repository: Path = args.model_repository
-    manifest_path = repository / "manifest.json"
-    if not manifest_path.is_file():
-        raise GeneratorError(f"{repository} has no manifest.json; build it with python -m generator build")
-    manifest = json.loads(manifest_path.read_text())
+    reports, manifest, candidate = _build_record(repository, args.version)
     reference_onnx = args.reference_onnx or Path(manifest["source_onnx"]["path"])
     if not reference_onnx.is_file():
         raise GeneratorError(f"FP32 reference ONNX not found at {reference_onnx}; pass --reference-onnx PATH")
-    candidate = repository / f"{manifest['name']}_detector" / "1" / "model.onnx"
     if not candidate.is_file():
         raise GeneratorError(
             f"{candidate} not found: the in-process gate runs ONNX detectors; for a TensorRT plan validate "
@@ -50,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     report = accuracy_gate(reference_onnx, candidate, info, served_layout, manifest["precision"], control,
                            args.max_map_drop, thresholds["iou"], thresholds["max_detections"])
     for name, content in report_files(report).items():
-        (repository / name).write_bytes(content)
+        (reports / name).write_bytes(content)
     print(gate_summary(report))
-    print(f"Report: {repository / 'validation.md'}")
+    print(f"Report: {reports / 'validation.md'}")
     if args.url:
         served, local = served_vs_reference(args.url, manifest["name"], reference_onnx, info, control,
                                             thresholds["conf"], thresholds["iou"], thresholds["max_detections"])

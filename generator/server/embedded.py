@@ -151,8 +151,12 @@ class EmbeddedServer:
         *,
         admin: AdminAccess | None = None,
         exit_timeout_s: int = 10,
+        load_models: tuple[str, ...] | None = None,
     ) -> None:
         self.repository = repository.resolve()
+        # None: model control "none" (everything in the repositories, fixed). A tuple: "explicit", these models
+        # at start (an ensemble brings its steps), later ones through the admin load/unload API.
+        self.load_models = load_models
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.log_file = log_file
         self.extra_args = extra_args
@@ -177,7 +181,7 @@ class EmbeddedServer:
             str(install.binary),
             f"--model-repository={self.repository}",
             f"--backend-directory={install.backends}",
-            "--model-control-mode=none",
+            *self.model_control_args(),
             "--disable-auto-complete-config",
             "--strict-readiness=true",
             "--exit-on-error=true",
@@ -190,6 +194,11 @@ class EmbeddedServer:
             *self.extra_args,
         ]
 
+    def model_control_args(self) -> list[str]:
+        if self.load_models is None:
+            return ["--model-control-mode=none"]
+        return ["--model-control-mode=explicit", *(f"--load-model={m}" for m in self.load_models)]
+
     def environment(self, install: ServerInstall) -> dict[str, str]:
         env = dict(os.environ)
         # The Python-backend stub runs the first python on PATH: make it this environment's, so model.py
@@ -198,6 +207,9 @@ class EmbeddedServer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(install.libraries), env.get("LD_LIBRARY_PATH")]))
         # Every backend stub inherits this: OpenCV's last line of defence against a decompression bomb.
         env.setdefault(OPENCV_PIXEL_LIMIT_ENV, str(OPENCV_PIXEL_LIMIT))
+        # No __pycache__ in the model folders: Triton takes a folder whose files changed since it loaded it for a
+        # new model, and reloads it (every step of a version in service) when an ensemble using it is loaded.
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
         return env
 
     def start(self) -> None:

@@ -344,9 +344,11 @@ class Supervisor:
 
     def __init__(self, launch: Launcher, url: str, models: Sequence[str], policy: WatchPolicy, *,
                  restart: bool = False, on_healthy: Callable[[int], None] | None = None,
-                 metrics: WatchdogMetrics | None = None) -> None:
+                 metrics: WatchdogMetrics | None = None, explicit: bool = False) -> None:
         parse_address(url)
         self._launch, self.url, self.models, self.policy = launch, url, tuple(models), policy
+        # Explicit model control: models come and go through the load/unload API, and so do their stubs.
+        self.explicit = explicit
         self.restart, self._on_healthy = restart, on_healthy
         self.metrics = metrics if metrics is not None else WatchdogMetrics()
         self._stop, self._kill = threading.Event(), threading.Event()
@@ -428,6 +430,7 @@ class Supervisor:
         Every `interval_s` a probe runs.
         """
         stubs = python_stubs(child.pid)
+        suspects: dict[str, float] = {}  # explicit mode: lost stubs whose model still answers ready, since when
         recent: deque[bool] = deque(maxlen=2 * self.policy.failures - 1)  # True: the probe failed
         next_probe = time.monotonic() + self.policy.interval_s
         while True:
@@ -436,7 +439,12 @@ class Supervisor:
                 return Unhealthy(STOPPED, "stop requested")
             if child.poll() is not None:
                 return Unhealthy("server_exited", f"tritonserver exited with code {child.returncode}")
-            lost = sorted(name for pid, name in stubs.items() if pid not in python_stubs(child.pid))
+            current = python_stubs(child.pid)
+            lost = sorted(name for pid, name in stubs.items() if pid not in current)
+            if self.explicit:
+                # A reload replaces an instance's stub: the same instance name under a new pid is no loss.
+                lost = self._unexplained([n for n in lost if n not in current.values()], suspects)
+                stubs = current  # stubs of models loaded since are watched too
             if lost:
                 return Unhealthy("stub_exited", f"the Python-backend stub of {', '.join(lost)} exited "
                                                 "(Triton does not restart it)")
@@ -459,6 +467,21 @@ class Supervisor:
                 logger.info("probe passed again")
             recent.append(False)
 
+    def _unexplained(self, lost: Sequence[str], suspects: dict[str, float]) -> list[str]:
+        """Explicit mode: lost stubs not explained by an unload. Triton keeps a model ready while it unloads
+        it, so a stub whose model still answers ready gets ``timeout_s`` to become an unload; ``suspects``
+        carries them from check to check."""
+        now = time.monotonic()
+        for name in lost:
+            suspects.setdefault(name, now)
+        dead = []
+        for name, since in list(suspects.items()):
+            if not still_loaded(self.url, name, self.policy.timeout_s):
+                del suspects[name]  # unloaded
+            elif now - since >= self.policy.timeout_s:
+                dead.append(name)
+        return sorted(dead)
+
     def _sleep(self, child: subprocess.Popen[Any], seconds: float) -> None:
         """Wait, returning early on a stop request or when the child exits."""
         end = time.monotonic() + seconds
@@ -478,6 +501,25 @@ class Supervisor:
                 _kill_group(child)
         code = child.wait()
         return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
+
+
+def instance_model(instance: str) -> str:
+    """The model of a stub's instance name: Triton names instances ``<model>_<group>_<index>``."""
+    parts = instance.rsplit("_", 2)
+    return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() else instance
+
+
+def still_loaded(url: str, instance: str, timeout_s: float) -> bool:
+    """Whether the model of a lost stub is still served: then the stub died; otherwise it was unloaded.
+
+    A model whose stub died stays ready on Triton 2.51 (FIELD-NOTES), so "ready" means "lost a stub". When the
+    server cannot say, the stub counts as lost: the probe and a restart sort it out.
+    """
+    try:
+        status, _ = _request(parse_address(url), "GET", f"/v2/models/{instance_model(instance)}/ready", timeout_s)
+    except ProbeError:
+        return True
+    return status == 200
 
 
 def python_stubs(server_pid: int) -> dict[int, str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from deploy.checks import read_pyproject
@@ -75,3 +77,27 @@ def test_the_opencv_floor_carries_the_libwebp_fix() -> None:
     assert extras_violations(project("opencv-python-headless>=4.8.1.78,<4.12")) == []
     for old in ("opencv-python-headless>=4.8,<4.12", "opencv-python-headless<4.12", "opencv-python>=4.8.0.76"):
         assert any("CVE-2023-4863" in p for p in extras_violations(project(old))), old
+
+
+def test_a_canary_share_renders_a_weighted_split_that_nginx_accepts(tmp_path: Path) -> None:
+    import subprocess
+
+    from deploy.settings import SettingsError
+
+    from .pod import _nginx_binary, make_certificate
+
+    settings = Settings(canary_model="yolo_v3", canary_percent=12.5)
+    conf = render_all(settings)[NGINX_CONF]
+    assert proxy_violations(conf, settings) == []
+    assert 'split_clients "${request_id}" $ensemble_target' in conf and '12.5% "yolo_v3";' in conf
+    assert any("split_clients sending 12.5%" in p for p in proxy_violations(conf.replace("12.5%", "50%"), settings))
+    assert any("split_clients without canary_percent" in p for p in proxy_violations(conf, Settings()))
+    proxy = tmp_path / "proxy"
+    proxy.mkdir()
+    (proxy / "nginx.conf").write_text(conf)
+    make_certificate(proxy / "tls")
+    tested = subprocess.run([_nginx_binary(), "-t", "-p", f"{tmp_path}/", "-c", str(proxy / "nginx.conf"),
+                             "-e", "stderr"], capture_output=True, text=True, timeout=60)
+    assert tested.returncode == 0, tested.stderr
+    with pytest.raises(SettingsError, match="needs canary_model = yolo_vN"):
+        Settings(canary_percent=10, canary_model="other")

@@ -110,3 +110,19 @@ def test_perf_analyzer_with_real_images(triton_server, tmp_path):
     # Real images reached the ensemble and were decoded: the preprocess step succeeded on them.
     pre = summary["triton"][f"{triton_server.model_name}_preprocess"]
     assert pre["requests"] >= 12 and pre["failures"] == 0
+
+
+def test_users_follow_the_published_route_to_the_canary(triton_server, tmp_path, monkeypatch):
+    """A route (as `generator rollout` writes it) sends its share to the canary, reported under its own name; the
+    two ensembles of the shared test server stand in for the stable and the canary version."""
+    from clients.canary import Route, write_route
+
+    route = tmp_path / "routing.json"
+    write_route(route, Route(triton_server.model_name, triton_server.static_model_name, 50))
+    monkeypatch.setenv("LOADTEST_ROUTE_FILE", str(route))
+    result = _run(triton_server, "grpc", tmp_path, "--max-fail-ratio", "0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    with (tmp_path / "locust_stats.csv").open(newline="") as handle:
+        rows = {row["Name"]: int(row["Request Count"]) for row in csv.DictReader(handle)}
+    stable, canary = rows[triton_server.model_name], rows[triton_server.static_model_name]
+    assert canary > 0 and abs(stable - canary) <= 2 * 2  # two users, each splitting its own requests evenly

@@ -294,10 +294,15 @@ def server_flags(manifest: Manifest) -> list[str]:
     return []
 
 
-def compare(manifest: Manifest, machine: MachineFacts | None, repository: Path) -> list[Mismatch]:
-    """Everything that differs. ``machine=None`` checks files only (no TensorRT/GPU comparison)."""
+def compare(manifest: Manifest, machine: MachineFacts | None, repository: Path,
+            within: Iterable[str] | None = None) -> list[Mismatch]:
+    """Everything that differs. ``machine=None`` checks files only (no TensorRT/GPU comparison).
+
+    ``within`` (one version of a versioned repository) limits the search for added files to those top-level
+    model folders; their own records (manifest, gate report, rollout decisions) are not build files.
+    """
     rebuild = rebuild_command(manifest, repository)
-    mismatches = _compare_files(manifest, repository, rebuild)
+    mismatches = _compare_files(manifest, repository, rebuild, None if within is None else set(within))
     plan = manifest.plan
     if machine is None or plan is None:
         return mismatches
@@ -311,8 +316,11 @@ def compare(manifest: Manifest, machine: MachineFacts | None, repository: Path) 
     return mismatches + _compare_plan(plan, machine, plan_command(repository, force=True))
 
 
-def _compare_files(manifest: Manifest, repository: Path, rebuild: str) -> list[Mismatch]:
+def _compare_files(manifest: Manifest, repository: Path, rebuild: str,
+                   within: set[str] | None = None) -> list[Mismatch]:
     found = set(_repository_files(repository))
+    if within is not None:
+        found = {rel for rel in found if rel.split("/")[0] in within and not _version_record(rel)}
     out: list[Mismatch] = []
     for rel, recorded in sorted(manifest.files.items()):
         if rel not in found:
@@ -409,6 +417,13 @@ def _role(rel: str) -> str:
     if name.endswith(".py"):
         return "code file"
     return "file"
+
+
+def _version_record(rel: str) -> bool:
+    """A record kept beside a version's ensemble config (NAME_vN/manifest.json, validation.*, rollout-*.json)."""
+    parts = rel.split("/")
+    return len(parts) == 2 and (parts[1] in (MANIFEST_NAME, *_UNHASHED_TOP_LEVEL) or
+                                (parts[1].startswith("rollout-") and parts[1].endswith(".json")))
 
 
 def _repository_files(repository: Path) -> Iterable[str]:

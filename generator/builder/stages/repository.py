@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from generator.errors import RepositoryWriteError
@@ -57,6 +57,48 @@ def write_repository(output: Path, files: Mapping[str, bytes], force: bool = Fal
         raise
     if backup.exists():
         shutil.rmtree(backup) if backup.is_dir() else backup.unlink()
+
+
+def update_repository(output: Path, add: Mapping[str, bytes], remove: Iterable[str] = (),
+                      commit: str = MARKER) -> None:
+    """Change a live repository in place: new model folders renamed in whole, changed files replaced one by one
+    (each a rename: atomic), ``commit`` (the index) replaced last, then ``remove`` (top-level folders)
+    deleted. A versioned repository's new version, promotion or prune.
+
+    Not one rename of the whole tree, on purpose: Triton reloads every model whose folder looks modified when
+    it next loads one that depends on it, so a fresh copy of the tree would reload every version in service.
+    Until ``commit`` is replaced the index does not name what was added; a failure before that removes the
+    folders this call renamed in.
+    """
+    output = output.resolve()
+    _check_target(output, add, force=False)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.updating-", dir=output.parent))
+    except OSError as exc:
+        raise RepositoryWriteError(f"cannot write {output}: {exc}") from exc
+    created: list[Path] = []
+    try:
+        _write_files(staging, add)
+        for top in sorted({Path(rel).parts[0] for rel in add} - {commit}):
+            if not (output / top).exists():
+                (staging / top).rename(output / top)
+                created.append(output / top)
+                continue
+            for rel in sorted(r for r in add if Path(r).parts[0] == top):
+                (output / rel).parent.mkdir(parents=True, exist_ok=True)
+                (staging / rel).replace(output / rel)
+        if commit in add:
+            (staging / commit).replace(output / commit)
+    except BaseException as exc:
+        for folder in created:
+            shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise RepositoryWriteError(f"cannot update {output}: {exc}") from exc
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for top in remove:
+        shutil.rmtree(output / top, ignore_errors=True)
 
 
 def _check_target(output: Path, files: Mapping[str, bytes], force: bool) -> None:

@@ -369,3 +369,38 @@ def test_metrics_text_and_an_unreadable_state_file(tmp_path: Path) -> None:
     assert 'triton_watchdog_restarts_total{reason="stub_exited"} 1\n' in text
     assert "triton_watchdog_failed_probes_total 1\n" in text and "triton_watchdog_healthy 0\n" in text
     assert json.loads(state.read_text())["restarts"]["stub_exited"] == 1
+
+
+def test_explicit_mode_tells_an_unloaded_models_stub_from_a_dead_one() -> None:
+    """Under explicit model control a stub also ends when its model is unloaded: only one whose model still
+    answers ready (a dead stub leaves it ready on 2.51) counts, and only after the probe timeout."""
+    import http.server
+    import threading
+
+    ready = {"/v2/models/m_nms/ready"}
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path in ready else 400)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"127.0.0.1:{server.server_address[1]}"
+        assert watchdog.instance_model("yolo_v2_nms_0_1") == "yolo_v2_nms"
+        assert watchdog.instance_model("odd") == "odd"
+        assert watchdog.still_loaded(url, "m_nms_0_0", 1.0) and not watchdog.still_loaded(url, "m_pre_0_0", 1.0)
+        supervisor = watchdog.Supervisor(lambda: None, url, ["m"], watchdog.WatchPolicy(timeout_s=0.2),  # type: ignore[arg-type, return-value]
+                                         explicit=True)
+        suspects: dict[str, float] = {}
+        assert supervisor._unexplained(["m_nms_0_0", "m_pre_0_0"], suspects) == []  # both under watch at first
+        assert set(suspects) == {"m_nms_0_0"}  # the unloaded one is explained at once
+        time.sleep(0.25)
+        assert supervisor._unexplained([], suspects) == ["m_nms_0_0"]  # still ready after the timeout: dead
+    finally:
+        server.shutdown()

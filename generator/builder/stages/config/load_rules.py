@@ -155,17 +155,25 @@ def _instance_rules(config: mc.ModelConfig) -> Iterator[str]:
             yield f"instance group profiles {list(group.profile)} must be non-negative integers"
 
 
+def served_versions(config: mc.ModelConfig) -> tuple[int, ...]:
+    """The version folders a build serves: those a ``specific`` policy names, else 1 (the only one it writes)."""
+    if config.version_policy.WhichOneof("policy_choice") == "specific":
+        return tuple(config.version_policy.specific.versions)
+    return (1,)
+
+
 def _model_file_rules(config: mc.ModelConfig, files: Mapping[str, int], pending: set[str]) -> Iterator[str]:
-    """The file each backend opens in version 1 (core:src/constants.h defaults, the backends' LoadModel)."""
-    if config.platform == "ensemble":
-        if not any(PurePosixPath(p).parts[:2] == (config.name, "1") for p in files):
-            yield "the ensemble needs a version folder '1'"
-        return
-    kind = config.platform or config.backend
-    name = config.default_model_filename or DEFAULT_MODEL_FILES.get(kind, "")
-    path = f"{config.name}/1/{name}"
-    if name and path not in files and path not in pending:
-        yield f"version 1 has no {name}"
+    """The file each backend opens in each served version (core:src/constants.h defaults, the backends' LoadModel)."""
+    for version in served_versions(config):
+        if config.platform == "ensemble":
+            if not any(PurePosixPath(p).parts[:2] == (config.name, str(version)) for p in files):
+                yield f"the ensemble needs a version folder '{version}'"
+            continue
+        kind = config.platform or config.backend
+        name = config.default_model_filename or DEFAULT_MODEL_FILES.get(kind, "")
+        path = f"{config.name}/{version}/{name}"
+        if name and path not in files and path not in pending:
+            yield f"version {version} has no {name}"
 
 
 def _warmup_rules(config: mc.ModelConfig, files: Mapping[str, int]) -> Iterator[str]:
@@ -409,6 +417,10 @@ def ensemble_violations(ensemble: mc.ModelConfig, composing: Mapping[str, mc.Mod
             problems.append(f"ensemble '{ensemble.name}' uses unknown model '{step.model_name}'")
             continue
         problems += list(_ensemble_batching(ensemble, model))
+        if step.model_version != -1 and step.model_version not in served_versions(model):
+            # model_repository_manager: "ensemble ... depends on ... whose required version ... is not loaded"
+            problems.append(f"ensemble '{ensemble.name}' pins '{step.model_name}' version {step.model_version}, "
+                            f"which that model does not serve (versions {list(served_versions(model))})")
         problems += list(_step_inputs(model, dict(step.input_map), tensors))
         consumed |= set(step.input_map.values())
     for out in ensemble.output:

@@ -229,13 +229,15 @@ def render_models(
     extra_parameters: dict[str, dict[str, str]] | None = None,
     detector: DetectorIO | None = None,
     service: ServiceTime | None = None,
+    version: int | None = None,
 ) -> dict[str, RenderedModel]:
     """Render, parse and cross-check the four configs; returns them keyed by model name.
 
     ``info`` describes the *served* detector graph (after precision and the normalisation prefix);
     ``detector`` is its config I/O as the backend will see it (default: as the ONNX declares it).
     ``service`` (measured by the build) sizes the queues; without it (and without ``--service-ms``) they
-    hold two batches.
+    hold two batches. ``version`` (a versioned repository) gives every config the version policy of that folder
+    and pins the ensemble's steps to it.
     """
     env = _environment()
     io = detector or detector_io(declared_io(info), info, options)
@@ -253,16 +255,17 @@ def render_models(
     }
     rendered: dict[str, RenderedModel] = {}
     for step, (template, context) in contexts.items():
-        text = env.get_template(template).render(**context)
+        text = env.get_template(template).render(**context, version=version)
         rendered[step] = RenderedModel(context["name"], text, parse_config(context["name"], text))
-    ensemble = _render_ensemble(env, info, options, io, rendered, extra.get("ensemble", {}))
+    ensemble = _render_ensemble(env, info, options, io, rendered, extra.get("ensemble", {}), version)
     models = {r.name: r for r in (ensemble, *rendered.values())}
     check_ensemble_wiring(ensemble.config, {r.name: r.config for r in rendered.values()})
     return models
 
 
 def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: BuildOptions, io: DetectorIO,
-                     steps: dict[str, RenderedModel], parameters: dict[str, str]) -> RenderedModel:
+                     steps: dict[str, RenderedModel], parameters: dict[str, str],
+                     version: int | None = None) -> RenderedModel:
     names = options.model_names
     # A step that does not batch (max_batch_size 0: a static batch-1 export) takes one image per request.
     max_batch = min(r.config.max_batch_size or 1 for r in steps.values())
@@ -276,5 +279,7 @@ def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: Build
         detector_input=io.input.name,
         detector_output=io.output.name,
         parameters={contract.CLASS_NAMES_PARAMETER: json.dumps(list(info.class_names)), **parameters},
+        version=version,
+        step_version=-1 if version is None else version,
     )
     return RenderedModel(options.name, text, parse_config(options.name, text))

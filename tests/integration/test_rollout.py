@@ -1,0 +1,179 @@
+"""Versions side by side and the rollout on the real embedded Triton (`generator serve --model-control explicit`):
+a healthy candidate promoted and a manual rollback, both under steady load without a failed request; a candidate
+built to return nothing rolled back by the rollout itself. The time each took is printed (``-s``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clients import NO_RETRY, DetectionClient
+from clients.canary import CanaryClient, Route, write_route
+from generator.builder.rollout.server import ModelControl
+from generator.builder.rollout.workflow import RolloutSettings, rollback, rollout
+from generator.builder.spec.options import BuildOptions
+from generator.builder.stages.versions import ROUTE_NAME, read_index
+from generator.builder.versions import add_version
+from generator.cli.rollout import control_images
+from generator.synthetic import encode, make_scene
+from tests.integration.serve_process import ROOT, ServeProcess
+
+pytestmark = pytest.mark.integration
+KEY = "5" * 64
+WINDOW_S = 8.0
+
+
+@dataclass
+class SteadyLoad:
+    """Two client threads sending scenes back to back through a CanaryClient that follows the route file."""
+
+    grpc_url: str
+    route_file: Path
+    images: list[bytes]
+    errors: list[str] = field(default_factory=list)
+    answered: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
+
+    def _run(self) -> None:
+        # No retries: a request the rollout drops must show as an error, not be hidden by a second attempt.
+        make = lambda model: DetectionClient(self.grpc_url, model=model, timeout_s=20, retry=NO_RETRY)  # noqa: E731
+        with CanaryClient(make, route_file=self.route_file) as client:
+            sent = 0
+            while not self._stop.is_set():
+                try:
+                    client.detect(self.images[sent % len(self.images)])
+                    with self._lock:
+                        self.answered += 1
+                except Exception as exc:  # noqa: BLE001 -- every failure is the finding
+                    with self._lock:
+                        self.errors.append(f"{type(exc).__name__}: {exc}")
+                sent += 1
+            with self._lock:
+                for model, count in client.counts.items():
+                    self.counts[model] = self.counts.get(model, 0) + count
+
+    def __enter__(self) -> SteadyLoad:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+@pytest.fixture()
+def versioned(tmp_path: Path, demo_onnx: Path) -> Iterator[tuple[Path, ServeProcess]]:
+    repository = tmp_path / "repository"
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    write_route(repository / ROUTE_NAME, Route("yolo"))
+    # The watchdog's probes (one empty image through the alias per interval) count on the stable side: the
+    # default interval keeps them to a few of the window's requests.
+    serve = ServeProcess([repository], "--model-control", "explicit",
+                         env={"TRITON_ADMIN_TOKEN": KEY}, log_file=tmp_path / "serve.log")
+    try:
+        serve.wait_for(r"^Triton 2\.51\.0 ready: .*models: yolo, yolo_v1_detector, yolo_v1_nms, "
+                       r"yolo_v1_preprocess$")
+        yield repository, serve
+    finally:
+        serve.stop()
+
+
+def settings(repository: Path, serve: ServeProcess) -> RolloutSettings:
+    return RolloutSettings(repository, control(serve), f"http://{serve.http_url}", control_images(None),
+                           canary_percent=25, window_s=WINDOW_S)
+
+
+def control(serve: ServeProcess) -> ModelControl:
+    return ModelControl(serve.http_url, f"127.0.0.1:{serve.metrics_port}", KEY)
+
+
+@pytest.fixture(scope="module")
+def scenes() -> list[bytes]:
+    # Seven: every 4th request of a thread goes to the canary (25 %), so both sides see every scene.
+    rng = np.random.default_rng(19)
+    return [encode(make_scene(rng, 640, 480).image, ".jpg") for _ in range(7)]
+
+
+def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(versioned, demo_onnx, scenes) -> None:
+    repository, serve = versioned
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))  # beside the live v1
+    with SteadyLoad(serve.grpc_url, repository / ROUTE_NAME, scenes) as load:
+        time.sleep(1.0)
+        started = time.monotonic()
+        record = rollout(settings(repository, serve))
+        promoted_s = time.monotonic() - started
+        assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
+        assert not {"yolo_v1_preprocess", "yolo_v1_detector", "yolo_v1_nms"} & control(serve).loaded()
+        time.sleep(1.0)
+        started = time.monotonic()
+        manual = rollback(repository, control(serve))
+        rolled_back_s = time.monotonic() - started
+        time.sleep(1.0)
+    print(f"\npromotion {promoted_s:.1f} s ({record['timings']}), manual rollback {rolled_back_s:.1f} s, "
+          f"{load.answered} requests answered {load.counts}, canary share {record['observed_canary_share']} %")
+    assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
+    assert load.errors == [], load.errors[:5]
+    assert load.counts.get("yolo_v2", 0) > 0 and load.counts["yolo"] > load.counts["yolo_v2"]
+    assert manual["rolled_back"] == 2 and manual["stable"] == 1
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
+    assert "yolo_v2" not in control(serve).loaded()
+    kept = json.loads((repository / str(index.versions[2].decision)).read_text())
+    assert kept["action"] == "manual_rollback"
+
+
+def test_a_candidate_that_finds_nothing_is_rolled_back_by_the_rollout(versioned, demo_onnx, scenes, tmp_path) -> None:
+    repository, serve = versioned
+    # The demo scores its shapes at 0.95-0.999: a 0.9999 threshold leaves every image empty.
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000, conf_threshold=0.9999))
+    record_file = tmp_path / "decision.json"
+    command = [sys.executable, "-m", "generator", "rollout", "--model-repository", str(repository),
+               "--url", serve.http_url, "--metrics-url", f"127.0.0.1:{serve.metrics_port}", "--canary-percent", "25",
+               "--window-s", str(WINDOW_S), "--record", str(record_file)]
+    with SteadyLoad(serve.grpc_url, repository / ROUTE_NAME, scenes) as load:
+        time.sleep(1.0)
+        started = time.monotonic()
+        done = subprocess.run(command, cwd=ROOT, env={**os.environ, "TRITON_ADMIN_TOKEN": KEY}, capture_output=True,
+                              text=True, timeout=300)
+        elapsed = time.monotonic() - started
+        time.sleep(1.0)
+    assert done.returncode == 3, done.stdout + done.stderr  # the command's exit code for "rolled back"
+    record = json.loads(record_file.read_text())
+    print(f"\nautomatic rollback {elapsed:.1f} s ({record['timings']}), failed checks {record['failed']}, "
+          f"{load.answered} requests answered {load.counts}")
+    assert record["action"] == "rollback" and "Rollout of version 2: rollback (failed: " in done.stdout
+    assert {"empty_share", "detections_distribution", "control_agreement"} <= set(record["failed"])
+    assert load.errors == [], load.errors[:5]
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
+    assert "yolo_v2" not in control(serve).loaded() and "yolo" in control(serve).loaded()
+    assert (repository / "yolo_v2" / Path(str(index.versions[2].decision)).name).is_file()
+
+
+def test_a_candidate_triton_refuses_to_load_is_rolled_back_before_any_traffic(versioned, demo_onnx) -> None:
+    repository, serve = versioned
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    (repository / "yolo_v2_nms" / "2" / "model.py").write_text("raise RuntimeError('broken on purpose')\n")
+    record = rollout(settings(repository, serve))
+    assert record["action"] == "rollback" and record["failed"] == ["load"]
+    assert "yolo_v2" in str(record["error"])
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
+    assert json.loads((repository / "routing.json").read_text())["canary"] is None
