@@ -59,7 +59,7 @@ class ImageLimitOptions:
                                  "another pass over the image)", low=1, high=10_000)
     max_decode_ms: float | None = option(
         None, "--max-decode-ms", "reject an image whose estimated decode time on the build machine exceeds "
-        "this (default: --max-queue-ms; 0: no decode budget)", low=0.0, high=600_000.0)
+        "this (default: the queue budget, --max-queue-ms or derived; 0: no decode budget)", low=0.0, high=600_000.0)
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)
@@ -197,10 +197,11 @@ class BuildOptions:
                                  low=0, high=10_000_000)
     # Overload is shed from a latency budget (generator.builder.stages.admission): no step holds a request longer
     # than this, and each step queues only what the pipeline serves in about that time; the rest is
-    # rejected at once with UNAVAILABLE.
-    max_queue_ms: float = option(250.0, "--max-queue-ms", "longest a request may wait in a step's queue; each "
-                                 "step queues what the pipeline serves in that time and rejects the rest at "
-                                 "once (UNAVAILABLE)", low=1.0, high=600_000.0)
+    # rejected at once with UNAVAILABLE. None: derived from the measured service time (an explicit value is an SLA).
+    max_queue_ms: float | None = option(
+        None, "--max-queue-ms", "longest a request may wait in a step's queue (your SLA); each step queues what "
+        "the pipeline serves in that time and rejects the rest at once (UNAVAILABLE); default: two full batches "
+        "under load from the measured service time, at least 250", low=1.0, high=600_000.0)
     service_ms: float | None = option(
         None, "--service-ms", "time one batch of --max-batch images takes through the three steps on the "
         "serving machine (default: measured on this machine during the build; give it for GPU targets)",

@@ -10,7 +10,7 @@ import jinja2
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.spec.options import BuildOptions
-from generator.builder.stages.admission import queue_policy
+from generator.builder.stages.admission import LatencyBudget, latency_budget, queue_policy
 from generator.builder.stages.config.detector_io import (
     DetectorIO,
     declared_io,
@@ -202,10 +202,15 @@ def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, para
     }
 
 
+def build_budget(options: BuildOptions, service: ServiceTime | None) -> LatencyBudget:
+    """The queue budget of this build: ``--max-queue-ms``, or derived from the service time (measured or given)."""
+    return latency_budget(options.max_queue_ms, service.batch_ms if service is not None else options.service_ms)
+
+
 def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict[str, Any]:
     """Template values of ``_batching.pbtxt.j2``: the queue policy sized from the latency budget."""
-    policy = queue_policy(options.max_queue_ms, options.max_batch,
-                          service.batch_ms if service is not None else options.service_ms)
+    batch_ms = service.batch_ms if service is not None else options.service_ms
+    policy = queue_policy(build_budget(options, service).ms, options.max_batch, batch_ms)
     return {
         "instance_kind": "KIND_CPU",
         "queue_delay_us": options.queue_delay_us,
@@ -217,9 +222,13 @@ def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict
     }
 
 
-def decode_parameters(options: BuildOptions) -> dict[str, str]:
-    """The preprocess step's per-image work limits beyond the header limits (0 ms: no decode budget)."""
-    budget = options.limits.max_decode_ms if options.limits.max_decode_ms is not None else options.max_queue_ms
+def decode_parameters(options: BuildOptions, budget_ms: float) -> dict[str, str]:
+    """The preprocess step's per-image work limits beyond the header limits (0 ms: no decode budget).
+
+    The decode budget defaults to the queue budget ``budget_ms``: an image that alone would take longer to
+    decode than a request may wait is refused before it is decoded.
+    """
+    budget = options.limits.max_decode_ms if options.limits.max_decode_ms is not None else budget_ms
     return {"max_jpeg_scans": str(options.limits.max_jpeg_scans), "max_decode_ms": repr(float(budget))}
 
 
@@ -242,7 +251,8 @@ def render_models(
     batching = batching_context(options, service)
     extra = extra_parameters or {}
     cuda_graphs = options.target == "tensorrt" and options.tensorrt.cuda_graphs
-    preprocess_parameters = {**decode_parameters(options), **extra.get("preprocess", {})}
+    preprocess_parameters = {**decode_parameters(options, build_budget(options, service).ms),
+                             **extra.get("preprocess", {})}
     contexts: dict[str, tuple[str, dict[str, Any]]] = {
         "preprocess": ("preprocess.pbtxt.j2",
                        _preprocess_context(info, options, io, preprocess_parameters, batching)),
