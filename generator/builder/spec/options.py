@@ -206,9 +206,13 @@ class BuildOptions:
         None, "--service-ms", "time one batch of --max-batch images takes through the three steps on the "
         "serving machine (default: measured on this machine during the build; give it for GPU targets)",
         above=0.0, high=600_000.0)
-    # Two detector instances: under load both run; on a GPU one instance's copies overlap the other's compute.
-    instances: tuple[int, int, int] = option((1, 2, 1), "--instances", "instance counts of preprocess, "
-                                             "detector, nms", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
+    # None: one detector instance on the CPU, whose ONNX Runtime session gets every core: a lone request runs on
+    # the whole machine and, under load, batches form behind it (issue 17: two single-threaded instances made a
+    # lone request take twice the detector's own time). On a GPU two instances, so that one instance's copies
+    # overlap the other's compute.
+    instances: tuple[int, int, int] | None = option(
+        None, "--instances", "instance counts of preprocess, detector, nms (default: 1 1 1 with the detector on "
+        "the CPU, 1 2 1 on a GPU)", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
     # Embedded detector: ONNX Runtime intra-op threads per instance; 0 sizes them from the host
     # (cores / detector instances), so instances running at once do not oversubscribe the cores.
     detector_threads: int = option(0, "--detector-threads", "ONNX Runtime intra-op threads per embedded "
@@ -253,13 +257,20 @@ class BuildOptions:
         return {step: step_model_name(self.name, step) for step in STEPS}
 
     @property
+    def instance_counts(self) -> tuple[int, int, int]:
+        """Instances of preprocess, detector and NMS: ``--instances``, or the default for the detector's device."""
+        if self.instances is not None:
+            return self.instances
+        return (1, 2, 1) if self.detector_device == "gpu" else (1, 1, 1)
+
+    @property
     def preprocess_instances(self) -> int:
-        return self.instances[0]
+        return self.instance_counts[0]
 
     @property
     def detector_instances(self) -> int:
-        return self.instances[1]
+        return self.instance_counts[1]
 
     @property
     def nms_instances(self) -> int:
-        return self.instances[2]
+        return self.instance_counts[2]
