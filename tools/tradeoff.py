@@ -41,8 +41,14 @@ TOPOLOGIES: tuple[tuple[str, int, str], ...] = (
 )
 
 
-def _threads(rule: str, cores: int) -> int:
-    return cores if rule == "all" else max(1, cores // 2)
+def topologies(cores: int) -> list[tuple[str, int, int]]:
+    """(label, instances, intra-op threads) for ``cores``, each distinct topology once (at 1 core they coincide)."""
+    rows: list[tuple[str, int, int]] = []
+    for label, instances, rule in TOPOLOGIES:
+        threads = cores if rule == "all" else max(1, cores // 2)
+        if all((i, t) != (instances, threads) for _, i, t in rows):
+            rows.append((label, instances, threads))
+    return rows
 
 
 def _cpu_list(count: int) -> str:
@@ -84,7 +90,7 @@ def _median(rounds: list[dict[str, Any]], key: str) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def _row(cores: int, label: str, instances: int, threads: int, bench: dict[str, Any]) -> dict[str, Any]:
+def row(cores: int, label: str, instances: int, threads: int, bench: dict[str, Any]) -> dict[str, Any]:
     paired = bench["paired"]
     rounds = paired["rounds"]
     return {
@@ -131,17 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     raw_dir = args.output.with_suffix("")  # the bench results of every row
     with tempfile.TemporaryDirectory(prefix="tradeoff-") as tmp:
         for cores in (int(c) for c in args.cores.split(",")):
-            cpus, seen = _cpu_list(cores), set()
-            for label, instances, rule in TOPOLOGIES:
-                threads = _threads(rule, cores)
-                if (instances, threads) in seen:
-                    continue
-                seen.add((instances, threads))
+            cpus = _cpu_list(cores)
+            for label, instances, threads in topologies(cores):
                 repository = Path(tmp) / f"repo-{cores}-{instances}x{threads}"
                 _pinned(cpus, "-m", "generator", "build", "--onnx", str(args.onnx), "--output", str(repository),
                         "--instances", "1", str(instances), "1", "--detector-threads", str(threads))
                 bench = _bench(cpus, repository, f"tradeoff-{cores}c-{instances}x{threads}", raw_dir, args)
-                rows.append(_row(cores, label, instances, threads, bench))
+                rows.append(row(cores, label, instances, threads, bench))
                 print("\n".join(table(rows[-1:])[2:]), flush=True)
     result = {"started": started.isoformat(timespec="seconds"), "onnx": args.onnx.name, "machine": machine_info(),
               "rounds": args.rounds, "window_s": args.window, "rows": rows}
