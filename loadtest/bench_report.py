@@ -15,8 +15,9 @@ PAIRED_SUMMARY_LABELS = {
     "added_p50_c1_ms": "added p50 at concurrency 1 (client, ms)",
     "added_in_triton_c1_ms": "added in Triton at concurrency 1 (ensemble minus detector compute, ms)",
     "decode_p50_ms": "decode and letterbox of one frame in-process (ms)",
-    "c1_vs_raw_plus_decode": "p50 at concurrency 1 vs raw single p50 + decode (1.15 or less: near the detector's own)",
-    "rps_vs_raw_single": "throughput vs raw single session (1 or more: at least the raw detector's)",
+    "c1_vs_raw_plus_decode": "p50 at concurrency 1 vs the lone raw session's p50 + decode (1.15 or less: near the "
+                             "detector's own)",
+    "rps_vs_raw_single": "throughput vs the lone raw session (1 or more: at least the raw detector's)",
 }
 
 
@@ -75,7 +76,7 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
         f"Ensemble throughput at concurrency {s['concurrency']}, latency at concurrency 1.",
         "",
         "| round | raw served img/s | raw single img/s (p50 ms) | raw per-core img/s | ensemble rps | "
-        "x same topology | x best raw | x raw single | ensemble p50 c=1 ms | decode ms | x raw + decode | "
+        "x same topology | x best raw | x lone raw | ensemble p50 c=1 ms | decode ms | x lone raw + decode | "
         "added p50 ms | added in Triton ms | load 1m |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
