@@ -59,7 +59,7 @@ class ImageLimitOptions:
                                  "another pass over the image)", low=1, high=10_000)
     max_decode_ms: float | None = option(
         None, "--max-decode-ms", "reject an image whose estimated decode time on the build machine exceeds "
-        "this (default: the queue budget, --max-queue-ms or derived; 0: no decode budget)", low=0.0, high=600_000.0)
+        "this (default: --max-queue-ms when given, else 250; 0: no decode budget)", low=0.0, high=600_000.0)
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)

@@ -355,8 +355,9 @@ def test_the_default_budget_is_derived_from_a_slow_service_time_without_a_warnin
     for step in ("yolo_preprocess", "yolo_detector", "yolo_nms"):
         policy = _queue_policy(built.output, step)
         assert (policy.default_timeout_microseconds, policy.max_queue_size) == (1_988_000, 16)  # two batches
+    # One image's decode budget stays the floor: a hostile image costs the same whatever the detector costs.
     decode = read_config(built.output / "yolo_preprocess" / "config.pbtxt").parameters["max_decode_ms"]
-    assert decode.string_value == "1988.0"
+    assert decode.string_value == "250.0"
     assert "--max-queue-ms" not in built.manifest["rebuild"]  # a rebuild derives it again where it runs
 
 
@@ -369,3 +370,6 @@ def test_an_explicit_budget_is_kept_and_still_warns(onnx_path: Path, tmp_path: P
     assert (admission["budget"], admission["max_queue_ms"]) == ("explicit", 250.0)
     assert _queue_policy(built.output, "yolo_detector").default_timeout_microseconds == 250_000
     assert "--max-queue-ms" in built.manifest["rebuild"]
+    sla = build_repository(onnx_path, tmp_path / "sla", BuildOptions(max_queue_ms=800.0, service_ms=497.0))
+    decode = read_config(sla.output / "yolo_preprocess" / "config.pbtxt").parameters["max_decode_ms"]
+    assert decode.string_value == "800.0"  # an explicit budget is the decode budget too, as before

@@ -10,7 +10,7 @@ import jinja2
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.spec.options import BuildOptions
-from generator.builder.stages.admission import LatencyBudget, latency_budget, queue_policy
+from generator.builder.stages.admission import MIN_BUDGET_MS, LatencyBudget, latency_budget, queue_policy
 from generator.builder.stages.config.detector_io import (
     DetectorIO,
     declared_io,
@@ -222,14 +222,23 @@ def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict
     }
 
 
-def decode_parameters(options: BuildOptions, budget_ms: float) -> dict[str, str]:
-    """The preprocess step's per-image work limits beyond the header limits (0 ms: no decode budget).
+def decode_budget_ms(options: BuildOptions) -> float:
+    """How long one image's decode may take (0: no decode budget): ``--max-decode-ms``, else an explicit
+    ``--max-queue-ms``, else the floor of a derived queue budget.
 
-    The decode budget defaults to the queue budget ``budget_ms``: an image that alone would take longer to
-    decode than a request may wait is refused before it is decoded.
+    The decode budget guards against one hostile image, whose cost does not grow with the detector's: a derived
+    queue budget follows the time of a whole batch (seconds for a large model on a small CPU), the decode of one
+    image does not.
     """
-    budget = options.limits.max_decode_ms if options.limits.max_decode_ms is not None else budget_ms
-    return {"max_jpeg_scans": str(options.limits.max_jpeg_scans), "max_decode_ms": repr(float(budget))}
+    if options.limits.max_decode_ms is not None:
+        return options.limits.max_decode_ms
+    return options.max_queue_ms if options.max_queue_ms is not None else MIN_BUDGET_MS
+
+
+def decode_parameters(options: BuildOptions) -> dict[str, str]:
+    """The preprocess step's per-image work limits beyond the header limits (0 ms: no decode budget)."""
+    return {"max_jpeg_scans": str(options.limits.max_jpeg_scans),
+            "max_decode_ms": repr(float(decode_budget_ms(options)))}
 
 
 def render_models(
@@ -251,8 +260,7 @@ def render_models(
     batching = batching_context(options, service)
     extra = extra_parameters or {}
     cuda_graphs = options.target == "tensorrt" and options.tensorrt.cuda_graphs
-    preprocess_parameters = {**decode_parameters(options, build_budget(options, service).ms),
-                             **extra.get("preprocess", {})}
+    preprocess_parameters = {**decode_parameters(options), **extra.get("preprocess", {})}
     contexts: dict[str, tuple[str, dict[str, Any]]] = {
         "preprocess": ("preprocess.pbtxt.j2",
                        _preprocess_context(info, options, io, preprocess_parameters, batching)),
