@@ -64,7 +64,7 @@ def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp
     assert len(paired["rounds"]) == 2
     for row in paired["rounds"]:
         assert row["failures"] == 0
-        assert set(row["raw"]) == {"served", "single", "per_core"}
+        assert set(row["raw"]) == {"served", "single", "per_core"}  # served is one session of every core
         assert all(v["images_per_s"] > 0 for v in row["raw"].values())
         assert row["ensemble_rps"] > 0 and row["ensemble_p50_c1_ms"] > 0
         best = max(v["images_per_s"] for v in row["raw"].values())
