@@ -142,9 +142,10 @@ class Settings:
     max_detections: int = _generator_default("max_detections")
     # Instances of each Python model (preprocess, NMS); passed to `generator build --instances`.
     python_instances: int = 2
-    # The latency budget every step's queue is sized from (`--max-queue-ms`): beyond it requests are shed
-    # at once with UNAVAILABLE (HTTP 503) instead of waiting (README "Overload").
-    max_queue_ms: int = 250
+    # The latency budget every step's queue is sized from: beyond it requests are shed at once with UNAVAILABLE
+    # (HTTP 503) instead of waiting (README "Overload"). 0: the generator derives it from the service time it
+    # measures on the build host (its default); any other value is an SLA passed as `--max-queue-ms`.
+    max_queue_ms: int = 0
     # Serving caps on one encoded image (`--max-image-bytes`, `--max-image-pixels`); they bound the proxy's
     # body limit, /dev/shm and OpenCV's own decoder limit (OPENCV_IO_MAX_IMAGE_PIXELS).
     max_image_bytes: int = 4 * 1024 * 1024
@@ -298,7 +299,7 @@ class Settings:
 
 _POSITIVE = (
     "max_batch", "input_size", "num_classes", "max_detections", "python_instances", "max_image_bytes",
-    "max_image_pixels", "max_queue_ms", "cuda_pool_mib", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
+    "max_image_pixels", "cuda_pool_mib", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
     "hpa_max_replicas", "queue_time_target_ms", "gpus_per_pod", "memory_request_mib", "probe_failures",
     "probe_interval_s", "probe_timeout_s", "exit_timeout_s", "latency_sla_p95_ms", "alert_error_percent",
     "alert_queue_ms", "alert_empty_jump_points", "alert_gpu_memory_percent", "alert_power_percent",
@@ -368,8 +369,7 @@ BUILD_TARGETS: dict[str, Target] = {"builder": "tensorrt", "builder-cpu": "onnxr
 SETTING_OPTIONS = {
     "model_name": "name", "max_batch": "max_batch", "max_detections": "max_detections",
     "max_image_bytes": "limits.max_bytes", "max_image_pixels": "limits.max_pixels", "normalise_in": "normalise_in",
-    "reduce_head": "reduce_head", "nms_in_graph": "nms_in_graph", "max_queue_ms": "max_queue_ms",
-    "accuracy_gate": "gate.enabled",
+    "reduce_head": "reduce_head", "nms_in_graph": "nms_in_graph", "accuracy_gate": "gate.enabled",
 }
 
 
@@ -382,6 +382,7 @@ def _target_options(s: Settings, target: Target) -> dict[str, tuple[str, Any]]:
         # The CPU stack always preprocesses on the CPU.
         "preprocess_device": ("preprocess_device", s.preprocess_device if gpu else "cpu"),
         "instances": ("python_instances", (s.python_instances, 2, s.python_instances)),
+        "max_queue_ms": ("max_queue_ms", s.max_queue_ms or None),  # 0: derived by the generator
         "calibration.calib_images": ("calib_images", Path(CALIB_IMAGES_PATH) if s.calib_images else None),
         "gate.images": ("validate_images", Path(VALIDATE_IMAGES_PATH) if s.validate_images else None),
         "gate.labels": ("validate_labels", Path(VALIDATE_LABELS_PATH) if s.validate_labels else None),

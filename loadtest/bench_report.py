@@ -14,6 +14,10 @@ PAIRED_SUMMARY_LABELS = {
     "ratio_best_raw": "throughput vs best raw topology",
     "added_p50_c1_ms": "added p50 at concurrency 1 (client, ms)",
     "added_in_triton_c1_ms": "added in Triton at concurrency 1 (ensemble minus detector compute, ms)",
+    "decode_p50_ms": "decode and letterbox of one frame in-process (ms)",
+    "c1_vs_raw_plus_decode": "p50 at concurrency 1 vs the lone raw session's p50 + decode (1.15 or less: near the "
+                             "detector's own)",
+    "rps_vs_raw_single": "throughput vs the lone raw session (1 or more: at least the raw detector's)",
 }
 
 
@@ -72,16 +76,18 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
         f"Ensemble throughput at concurrency {s['concurrency']}, latency at concurrency 1.",
         "",
         "| round | raw served img/s | raw single img/s (p50 ms) | raw per-core img/s | ensemble rps | "
-        "x same topology | x best raw | ensemble p50 c=1 ms | added p50 ms | added in Triton ms | load 1m |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "x same topology | x best raw | x lone raw | ensemble p50 c=1 ms | decode ms | x lone raw + decode | "
+        "added p50 ms | added in Triton ms | load 1m |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for i, r in enumerate(paired["rounds"], 1):
         raw = r["raw"]
         lines.append(
             f"| {i} | {raw['served']['images_per_s']} | {raw['single']['images_per_s']} ({raw['single']['p50_ms']}) | "
             f"{raw['per_core']['images_per_s']} | {r['ensemble_rps']} | {r['ratio_same_topology']} | "
-            f"{r['ratio_best_raw']} | {r['ensemble_p50_c1_ms']} | {r['added_p50_c1_ms']} | {r['added_in_triton_c1_ms']} "
-            f"| {' -> '.join(map(str, r['loadavg_1m']))} |"
+            f"{r['ratio_best_raw']} | {r.get('rps_vs_raw_single')} | {r['ensemble_p50_c1_ms']} | "
+            f"{r.get('decode_p50_ms')} | {r.get('c1_vs_raw_plus_decode')} | {r['added_p50_c1_ms']} | "
+            f"{r['added_in_triton_c1_ms']} | {' -> '.join(map(str, r['loadavg_1m']))} |"
         )
     lines.append("")
     for key, label in PAIRED_SUMMARY_LABELS.items():

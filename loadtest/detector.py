@@ -42,15 +42,17 @@ class ServedDetector:
     max_batch: int
     input_dims: list[int]
     prepared: Any  # numpy [N, ...] in the detector's input dtype and layout
+    image_size: tuple[int, int] = (640, 640)  # height, width the preprocess letterboxes to
+    reduced_decode: bool = True  # as the repository's preprocess step decodes JPEGs
 
 
-def _detector_config(repository: Path, model: str) -> Any:
+def _detector_config(repository: Path, model: str, step: str = "detector") -> Any:
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    path = repository / f"{model}_detector" / "config.pbtxt"
+    path = repository / f"{model}_{step}" / "config.pbtxt"
     if not path.is_file():
-        raise LoadTestError(f"no detector config at {path}: is {repository} a repository built for {model!r}?")
+        raise LoadTestError(f"no {step} config at {path}: is {repository} a repository built for {model!r}?")
     return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
 
 
@@ -86,7 +88,9 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     dims = list(tensor.dims)
     channels_last = dims[-1] == 3
     height, width = (dims[0], dims[1]) if channels_last else (dims[1], dims[2])
-    prepared = prepare_batch(images, (height, width)).images  # uint8 BGR NHWC, like the preprocess step
+    pre = _detector_config(repository, model, "preprocess")
+    reduced = pre.parameters["reduced_decode"].string_value != "false" if "reduced_decode" in pre.parameters else True
+    prepared = prepare_batch(images, (height, width), reduced_decode=reduced).images  # uint8 BGR NHWC, as served
     served = repository / f"{model}_detector" / "1" / params["onnx_file"]
     onnx, baseline = OnnxFile(served, sha256_file(served)), "served graph"
     source = _source_onnx(repository)
@@ -103,6 +107,7 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
         onnx=onnx, baseline=baseline,
         intra_op_threads=session_threads(int(params.get("intra_op_threads", "0")), instances),
         instances=instances, max_batch=max(config.max_batch_size, 1), input_dims=dims, prepared=prepared,
+        image_size=(height, width), reduced_decode=reduced,
     )
 
 

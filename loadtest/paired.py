@@ -11,6 +11,14 @@ spinning off as served: what the ensemble can at best deliver), one session with
 (spinning worker threads: the latency reference), and one single-threaded session per core (often the
 CPU's best throughput). The ensemble is compared with both the same topology (what the pipeline costs)
 and the best of all three (what is left on the table).
+
+Each round also times the preprocess work of one frame in this process (decode and letterbox, one OpenCV
+thread as the preprocess step runs). A lone request cannot be faster than that plus the raw detector, so the
+single-stream ratio is the ensemble's p50 at concurrency 1 over the lone raw session's p50 plus that decode
+time; the throughput ratio at the paired concurrency is over the same session's images/s. The lone raw session
+is the faster of the sessions that run alone: ONNX Runtime's defaults, and one session of every core with spinning
+off (the served one when the repository serves that, else an extra topology, ``alone``). Spinning workers lose most of their time slices on a machine
+that other jobs keep busy (measured here at a load of 10: 160-210 ms against 45 ms with spinning off).
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from .metrics import snapshot, stage_deltas
 from .target import Endpoints
 
 logger = logging.getLogger(__name__)
-SUMMARY_KEYS = ("ratio_same_topology", "ratio_best_raw", "added_p50_c1_ms", "added_in_triton_c1_ms")
+SUMMARY_KEYS = ("ratio_same_topology", "ratio_best_raw", "added_p50_c1_ms", "added_in_triton_c1_ms",
+                "decode_p50_ms", "c1_vs_raw_plus_decode", "rps_vs_raw_single")
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,38 @@ def _drive(runners: list[Any], tensor: Any, window_s: float) -> tuple[float, flo
     return len(latencies) / (time.perf_counter() - begin), statistics.median(latencies)
 
 
+def _decode_p50_ms(images: list[bytes], detector: ServedDetector, window_s: float) -> float:
+    """Decode and letterbox one frame at a time, as the preprocess step does, for ``window_s``: the p50 in ms."""
+    import cv2
+
+    from generator.serving.batch import prepare_batch
+
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)  # the preprocess model's setting
+    times: list[float] = []
+    try:
+        end = time.perf_counter() + window_s
+        while time.perf_counter() < end or not times:
+            start = time.perf_counter()
+            prepare_batch([images[len(times) % len(images)]], detector.image_size,
+                          reduced_decode=detector.reduced_decode)
+            times.append((time.perf_counter() - start) * 1000.0)
+    finally:
+        cv2.setNumThreads(threads)
+    return statistics.median(times)
+
+
+def lone_reference(raw: dict[str, tuple[float, float]], sessions: dict[str, int]) -> str:
+    """The raw topology a lone request is held to: the lowest p50 among those of one session."""
+    alone = [name for name in ("single", "served", "alone") if sessions.get(name) == 1]
+    return min(alone, key=lambda name: raw[name][1])
+
+
+def _single_stream(p50_c1: float | None, raw_p50: float, decode_ms: float) -> float | None:
+    """The ensemble's lone-request p50 over the floor: the raw detector plus the decode of the frame."""
+    return round(p50_c1 / (raw_p50 + decode_ms), 3) if p50_c1 is not None else None
+
+
 def _topologies(detector: ServedDetector, tensor: Any) -> dict[str, list[Any]]:
     """The three raw topologies, each session run twice (allocation and kernel choice happen then)."""
     from generator.serving.runner import OnnxRunner
@@ -84,11 +125,15 @@ def _topologies(detector: ServedDetector, tensor: Any) -> dict[str, list[Any]]:
             runner.run(tensor)
         return made
 
-    return {
+    cores = len(os.sched_getaffinity(0))
+    made = {
         "served": sessions(detector.instances, detector.intra_op_threads),  # spinning off, as served
         "single": sessions(1, 0, spin=True),  # ONNX Runtime's defaults: every core, spinning
-        "per_core": sessions(len(os.sched_getaffinity(0)), 1),
+        "per_core": sessions(cores, 1),
     }
+    if (detector.instances, detector.intra_op_threads) != (1, cores):
+        made["alone"] = sessions(1, cores)  # every core, spinning off: what a lone request can get here
+    return made
 
 
 def _median_range(values: list[float]) -> dict[str, float]:
@@ -104,11 +149,14 @@ def _in_triton_ms(stages: dict[str, Any], model: str) -> float | None:
     return None
 
 
-def _round(endpoints: Endpoints, settings: PairedSettings, topologies: dict[str, list[Any]], tensor: Any,
-           make: Callable[[], Infer], images: list[bytes]) -> dict[str, Any]:
-    """One round, back to back: every raw topology, the ensemble under load, then the ensemble alone."""
+def _round(endpoints: Endpoints, settings: PairedSettings, topologies: dict[str, list[Any]],
+           detector: ServedDetector, make: Callable[[], Infer], images: list[bytes]) -> dict[str, Any]:
+    """One round, back to back: every raw topology, the decode, the ensemble under load, then the ensemble alone."""
     load_before = os.getloadavg()[0]
+    tensor = detector.prepared[:1]
     raw = {name: _drive(runners, tensor, settings.window_s) for name, runners in topologies.items()}
+    decode_ms = _decode_p50_ms(images, detector, min(2.0, settings.window_s))
+    lone = lone_reference(raw, {name: len(runners) for name, runners in topologies.items()})
     busy = closed_loop(make, images, settings.concurrency, settings.window_s, 1)
     before = snapshot(endpoints.metrics)
     single = closed_loop(make, images, 1, settings.window_s, 1)
@@ -124,16 +172,21 @@ def _round(endpoints: Endpoints, settings: PairedSettings, topologies: dict[str,
         "ratio_best_raw": round(ensemble_rps / max(ips for ips, _ in raw.values()), 3),
         "added_p50_c1_ms": round(p50_c1 - raw["single"][1], 1) if p50_c1 is not None else None,
         "added_in_triton_c1_ms": _in_triton_ms(stages, settings.model),
+        "decode_p50_ms": round(decode_ms, 2),
+        "lone_raw": lone,
+        "c1_vs_raw_plus_decode": _single_stream(p50_c1, raw[lone][1], decode_ms),
+        "rps_vs_raw_single": round(ensemble_rps / raw[lone][0], 3),
         "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at the start and the end
     }
 
 
 def _log_round(index: int, r: dict[str, Any]) -> None:
     raw = r["raw"]
-    logger.info("  round %d: ensemble %s rps vs raw served %s / best %s img/s (x%s / x%s); c=1 p50 %s vs raw %s ms "
-                "(added %s, in Triton %s); load %s", index, r["ensemble_rps"], raw["served"]["images_per_s"],
-                max(v["images_per_s"] for v in raw.values()), r["ratio_same_topology"], r["ratio_best_raw"],
-                r["ensemble_p50_c1_ms"], raw["single"]["p50_ms"], r["added_p50_c1_ms"], r["added_in_triton_c1_ms"],
+    logger.info("  round %d: ensemble %s rps vs raw served %s / best %s img/s (x%s / x%s); c=1 p50 %s vs raw %s + "
+                "decode %s ms (x%s; added %s, in Triton %s); load %s", index, r["ensemble_rps"],
+                raw["served"]["images_per_s"], max(v["images_per_s"] for v in raw.values()),
+                r["ratio_same_topology"], r["ratio_best_raw"], r["ensemble_p50_c1_ms"], raw[r["lone_raw"]]["p50_ms"],
+                r["decode_p50_ms"], r["c1_vs_raw_plus_decode"], r["added_p50_c1_ms"], r["added_in_triton_c1_ms"],
                 r["loadavg_1m"])
 
 
@@ -150,7 +203,7 @@ def paired_rounds(endpoints: Endpoints, repository: Path, settings: PairedSettin
     make = client_factory(settings.protocol, url, settings.model, settings.timeout_s)
     rounds = []
     for index in range(1, settings.rounds + 1):
-        rounds.append(_round(endpoints, settings, topologies, tensor, make, images))
+        rounds.append(_round(endpoints, settings, topologies, detector, make, images))
         _log_round(index, rounds[-1])
     return {
         "settings": {**asdict(settings), "size": list(settings.size)},

@@ -31,4 +31,4 @@ USER 1000:1000
 WORKDIR /tmp
 # Build into the volume and switch /models/current atomically (deploy/build_models.py).
 ENTRYPOINT ["python3", "-m", "deploy.build_models"]
-CMD ["--volume=/models", "--link=current", "--", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--target", "tensorrt", "--precision", "fp16", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--preprocess-device", "cpu", "--max-queue-ms", "250", "--instances", "2", "2", "2", "--triton-image", "nvcr.io/nvidia/tritonserver:26.08-py3"]
+CMD ["--volume=/models", "--link=current", "--", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--target", "tensorrt", "--precision", "fp16", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--preprocess-device", "cpu", "--instances", "2", "2", "2", "--triton-image", "nvcr.io/nvidia/tritonserver:26.08-py3"]

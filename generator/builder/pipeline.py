@@ -23,7 +23,7 @@ from generator.builder.stages.admission import budget_warning, queue_policy
 from generator.builder.stages.config.detector_io import DetectorIO, declared_io, detector_io
 from generator.builder.stages.config.load_rules import check_repository
 from generator.builder.stages.config.model_io import ModelIO, onnxruntime_io
-from generator.builder.stages.config.render import render_models
+from generator.builder.stages.config.render import build_budget, render_models
 from generator.builder.stages.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings, add_nms
 from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisation_prefix
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
@@ -129,9 +129,11 @@ def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, serv
 
 
 def admission_record(options: BuildOptions, service: ServiceTime) -> dict[str, object]:
-    """What the manifest says about overload: the budget, the service time it was sized from, the policy."""
-    policy = queue_policy(options.max_queue_ms, options.max_batch, service.batch_ms)
-    return {"max_queue_ms": options.max_queue_ms, "service": service.to_json(), "queue_policy": policy.to_json()}
+    """What the manifest says about overload: the budget and where it came from (explicit or derived), the
+    service time it was sized from, the policy."""
+    budget = build_budget(options, service)
+    policy = queue_policy(budget.ms, options.max_batch, service.batch_ms)
+    return {**budget.to_json(), "service": service.to_json(), "queue_policy": policy.to_json()}
 
 
 def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
@@ -327,7 +329,9 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     # is exact float32 selection whatever the precision (tests hold it to the Python step).
     served, info_served = _with_nms(gated, info_gated, options)
     service = measure_service_time(served, info_served, options)
-    if warning := budget_warning(options.max_queue_ms, service.batch_ms):
+    budget = build_budget(options, service)
+    logger.info("Queue budget %g ms (%s: %s)", budget.ms, budget.source, budget.basis)
+    if warning := budget_warning(budget.ms, service.batch_ms):
         logger.warning("%s", warning)
     detector = _detector_build(served, info_served, options, str(version or 1))
     files = dict(detector.files)

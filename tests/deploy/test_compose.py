@@ -200,6 +200,13 @@ def _set_flag(service: str, flag: str, value: str) -> Callable[[dict[str, Any]],
     return apply
 
 
+def _add_flag(service: str, flag: str, value: str) -> Callable[[dict[str, Any]], None]:
+    """Append ``flag value`` to a service's command (a build option the settings leave to the generator)."""
+    def apply(doc: dict[str, Any]) -> None:
+        doc["services"][service]["command"] += [flag, value]
+    return apply
+
+
 @pytest.mark.parametrize(
     ("mutation", "expected"),
     [
@@ -231,7 +238,7 @@ def _set_flag(service: str, flag: str, value: str) -> Callable[[dict[str, Any]],
         (_mutate(("services", "triton", "deploy"), _DELETE), "GPU reservation"),
         (_set_flag("builder-cpu", "--target", "tensorrt"), "--target is 'tensorrt', the settings say 'onnxruntime'"),
         (_set_flag("builder", "--max-image-pixels", "999"), "--max-image-pixels is 999"),
-        (_set_flag("builder", "--max-queue-ms", "5000"), "--max-queue-ms is 5000"),
+        (_add_flag("builder", "--max-queue-ms", "5000"), "--max-queue-ms is 5000"),
         (_set_flag("builder", "--onnx", "/tmp/other.onnx"), "--onnx must be /opt/detector/model.onnx"),
         (_mutate(("services", "builder", "volumes", 0, "read_only"), True), "writable"),
         (_mutate(("services", "grafana", "profiles"), ["gpu"]), "profiles"),

@@ -148,3 +148,18 @@ def test_your_own_model_needs_its_gate_images_or_an_explicit_skip() -> None:
     assert apply_overrides(Settings(), {**own, "precision": "fp32"}).precision == "fp32"
     with pytest.raises(SettingsError, match="calib_images"):
         apply_overrides(Settings(), {**own, "precision": "int8", "validate_images": "data/val"})
+
+
+def test_the_queue_budget_is_derived_by_the_generator_unless_the_settings_give_an_sla() -> None:
+    from deploy.commands import build_args
+    from deploy.settings import build_options
+
+    assert Settings().max_queue_ms == 0
+    for target in ("tensorrt", "onnxruntime"):
+        assert build_options(Settings(), target).max_queue_ms is None
+        assert "--max-queue-ms" not in build_args(Settings(), target)
+    sla = apply_overrides(Settings(), {"max_queue_ms": "400"})
+    args = build_args(sla, "tensorrt")
+    assert args[args.index("--max-queue-ms") + 1] == "400"
+    with pytest.raises(SettingsError, match=r"^max_queue_ms\b.*--max-queue-ms must be between 1"):
+        apply_overrides(Settings(), {"max_queue_ms": -1})

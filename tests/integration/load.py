@@ -93,6 +93,10 @@ class Sender:
             done.acquire()
         return results
 
+    def burst(self, count: int, priority: int = 0) -> list[Outcome]:
+        """``count`` requests sent at once, none after them; wait for every answer."""
+        return self.closed_loop(count, 0.0, priority)
+
     def live_ms(self) -> float:
         """Round trip of the server's cheapest call: how responsive the machine is at the moment."""
         start = time.perf_counter()

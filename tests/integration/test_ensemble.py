@@ -194,7 +194,8 @@ def test_hostile_image_is_rejected_alone_and_server_keeps_serving(triton_server,
 
 
 def test_bad_request_fails_alone_within_a_batch(triton_server, reference) -> None:
-    good = [scene_bytes(300 + i, 640, 480) for i in range(5)]
+    """One corrupt image among seven good camera frames, all at once (a full default batch of 8): only it fails."""
+    good = [scene_bytes(300 + i, 1280, 720) for i in range(7)]
     requests = [*good[:2], b"\x89PNG broken", *good[2:]]
 
     def send(image: bytes):

@@ -59,7 +59,7 @@ class ImageLimitOptions:
                                  "another pass over the image)", low=1, high=10_000)
     max_decode_ms: float | None = option(
         None, "--max-decode-ms", "reject an image whose estimated decode time on the build machine exceeds "
-        "this (default: --max-queue-ms; 0: no decode budget)", low=0.0, high=600_000.0)
+        "this (default: --max-queue-ms when given, else 250; 0: no decode budget)", low=0.0, high=600_000.0)
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)
@@ -197,17 +197,22 @@ class BuildOptions:
                                  low=0, high=10_000_000)
     # Overload is shed from a latency budget (generator.builder.stages.admission): no step holds a request longer
     # than this, and each step queues only what the pipeline serves in about that time; the rest is
-    # rejected at once with UNAVAILABLE.
-    max_queue_ms: float = option(250.0, "--max-queue-ms", "longest a request may wait in a step's queue; each "
-                                 "step queues what the pipeline serves in that time and rejects the rest at "
-                                 "once (UNAVAILABLE)", low=1.0, high=600_000.0)
+    # rejected at once with UNAVAILABLE. None: derived from the measured service time (an explicit value is an SLA).
+    max_queue_ms: float | None = option(
+        None, "--max-queue-ms", "longest a request may wait in a step's queue (your SLA); each step queues what "
+        "the pipeline serves in that time and rejects the rest at once (UNAVAILABLE); default: two full batches "
+        "under load from the measured service time, at least 250", low=1.0, high=600_000.0)
     service_ms: float | None = option(
         None, "--service-ms", "time one batch of --max-batch images takes through the three steps on the "
         "serving machine (default: measured on this machine during the build; give it for GPU targets)",
         above=0.0, high=600_000.0)
-    # Two detector instances: under load both run; on a GPU one instance's copies overlap the other's compute.
-    instances: tuple[int, int, int] = option((1, 2, 1), "--instances", "instance counts of preprocess, "
-                                             "detector, nms", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
+    # None: one detector instance on the CPU, whose ONNX Runtime session gets every core: a lone request runs on
+    # the whole machine and, under load, batches form behind it (issue 17: two single-threaded instances made a
+    # lone request take twice the detector's own time). On a GPU two instances, so that one instance's copies
+    # overlap the other's compute.
+    instances: tuple[int, int, int] | None = option(
+        None, "--instances", "instance counts of preprocess, detector, nms (default: 1 1 1 with the detector on "
+        "the CPU, 1 2 1 on a GPU)", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
     # Embedded detector: ONNX Runtime intra-op threads per instance; 0 sizes them from the host
     # (cores / detector instances), so instances running at once do not oversubscribe the cores.
     detector_threads: int = option(0, "--detector-threads", "ONNX Runtime intra-op threads per embedded "
@@ -252,13 +257,20 @@ class BuildOptions:
         return {step: step_model_name(self.name, step) for step in STEPS}
 
     @property
+    def instance_counts(self) -> tuple[int, int, int]:
+        """Instances of preprocess, detector and NMS: ``--instances``, or the default for the detector's device."""
+        if self.instances is not None:
+            return self.instances
+        return (1, 2, 1) if self.detector_device == "gpu" else (1, 1, 1)
+
+    @property
     def preprocess_instances(self) -> int:
-        return self.instances[0]
+        return self.instance_counts[0]
 
     @property
     def detector_instances(self) -> int:
-        return self.instances[1]
+        return self.instance_counts[1]
 
     @property
     def nms_instances(self) -> int:
-        return self.instances[2]
+        return self.instance_counts[2]

@@ -19,17 +19,58 @@ sheds load itself:
 
 ``max_queue_size`` counts requests, not images: a client sending N images per request fills the queue
 N times as fast, and the timeout, not the queue size, bounds its wait.
+
+The budget itself is the user's SLA when ``--max-queue-ms`` is given. Without it the build derives one from
+the measured service time: two full batches under load, never less than ``MIN_BUDGET_MS``. A fixed default
+(250 ms until issue 17) is shorter than one batch of a 640 model on a small CPU, so the default build shed
+a burst of ``--max-batch`` requests that the machine answered within a second.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from generator.serving.contract import PRIORITY_LEVELS, PROBE_PRIORITY, USER_PRIORITY
 
 # Steps measured one after another vs the same steps sharing the machine's cores under overload.
 CONTENTION_FACTOR = 2.0
+# A derived budget: this many full batches under load, and never below the floor (the old fixed default).
+DERIVED_BATCHES = 2
+MIN_BUDGET_MS = 250.0
+BudgetSource = Literal["explicit", "derived"]
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    """How long a step may hold a request, and where that number came from (recorded in the manifest)."""
+
+    ms: float
+    source: BudgetSource  # "explicit": --max-queue-ms, the user's SLA; "derived": from the service time
+    basis: str  # how it was set, in words
+
+    def to_json(self) -> dict[str, object]:
+        return {"max_queue_ms": self.ms, "budget": self.source, "basis": self.basis}
+
+
+def derived_budget_ms(batch_ms: float | None) -> float:
+    """Two full batches under load, rounded up to a whole millisecond, at least ``MIN_BUDGET_MS``."""
+    if batch_ms is None:
+        return MIN_BUDGET_MS
+    return max(MIN_BUDGET_MS, float(math.ceil(DERIVED_BATCHES * CONTENTION_FACTOR * batch_ms)))
+
+
+def latency_budget(max_queue_ms: float | None, batch_ms: float | None) -> LatencyBudget:
+    """The budget every step's queue policy is sized from: ``--max-queue-ms`` as given, or derived."""
+    if max_queue_ms is not None:
+        return LatencyBudget(max_queue_ms, "explicit", "--max-queue-ms (the user's SLA)")
+    if batch_ms is None:
+        return LatencyBudget(MIN_BUDGET_MS, "derived", f"no service time known: the floor of {MIN_BUDGET_MS:g} ms")
+    derived = derived_budget_ms(batch_ms)
+    basis = (f"{DERIVED_BATCHES} full batches under load ({DERIVED_BATCHES} x {CONTENTION_FACTOR:g} x "
+             f"{batch_ms:.1f} ms service time), at least {MIN_BUDGET_MS:g} ms")
+    return LatencyBudget(derived, "derived", basis)
 
 
 @dataclass(frozen=True)

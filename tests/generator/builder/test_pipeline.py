@@ -337,3 +337,39 @@ def test_onnxruntime_config_follows_what_onnxruntime_reports(tmp_path: Path) -> 
     # The embedded runner does not care: it keeps the size the build learnt.
     build_repository(path, tmp_path / "embedded", BuildOptions())
     assert list(read_config(tmp_path / "embedded" / "yolo_detector" / "config.pbtxt").output[0].dims) == [64, 7]
+
+
+def _queue_policy(repo: Path, step: str) -> mc.ModelQueuePolicy:
+    return read_config(repo / step / "config.pbtxt").dynamic_batching.default_queue_policy
+
+
+def test_the_default_budget_is_derived_from_a_slow_service_time_without_a_warning(
+        onnx_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A batch of 497 ms (yolov8n at 640, batch 8, 2 cores): the old fixed 250 ms warned and shed a burst."""
+    with caplog.at_level("WARNING"):
+        built = build_repository(onnx_path, tmp_path / "repo", BuildOptions(service_ms=497.0))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    admission = built.manifest["admission"]
+    assert (admission["budget"], admission["max_queue_ms"]) == ("derived", 1988.0)
+    assert "497.0 ms service time" in admission["basis"]
+    for step in ("yolo_preprocess", "yolo_detector", "yolo_nms"):
+        policy = _queue_policy(built.output, step)
+        assert (policy.default_timeout_microseconds, policy.max_queue_size) == (1_988_000, 16)  # two batches
+    # One image's decode budget stays the floor: a hostile image costs the same whatever the detector costs.
+    decode = read_config(built.output / "yolo_preprocess" / "config.pbtxt").parameters["max_decode_ms"]
+    assert decode.string_value == "250.0"
+    assert "--max-queue-ms" not in built.manifest["rebuild"]  # a rebuild derives it again where it runs
+
+
+def test_an_explicit_budget_is_kept_and_still_warns(onnx_path: Path, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING"):
+        built = build_repository(onnx_path, tmp_path / "repo", BuildOptions(max_queue_ms=250.0, service_ms=497.0))
+    assert any("--max-queue-ms 250 is shorter than one full batch" in r.getMessage() for r in caplog.records)
+    admission = built.manifest["admission"]
+    assert (admission["budget"], admission["max_queue_ms"]) == ("explicit", 250.0)
+    assert _queue_policy(built.output, "yolo_detector").default_timeout_microseconds == 250_000
+    assert "--max-queue-ms" in built.manifest["rebuild"]
+    sla = build_repository(onnx_path, tmp_path / "sla", BuildOptions(max_queue_ms=800.0, service_ms=497.0))
+    decode = read_config(sla.output / "yolo_preprocess" / "config.pbtxt").parameters["max_decode_ms"]
+    assert decode.string_value == "800.0"  # an explicit budget is the decode budget too, as before

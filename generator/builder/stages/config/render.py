@@ -10,7 +10,7 @@ import jinja2
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.spec.options import BuildOptions
-from generator.builder.stages.admission import queue_policy
+from generator.builder.stages.admission import MIN_BUDGET_MS, LatencyBudget, latency_budget, queue_policy
 from generator.builder.stages.config.detector_io import (
     DetectorIO,
     declared_io,
@@ -202,10 +202,15 @@ def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, para
     }
 
 
+def build_budget(options: BuildOptions, service: ServiceTime | None) -> LatencyBudget:
+    """The queue budget of this build: ``--max-queue-ms``, or derived from the service time (measured or given)."""
+    return latency_budget(options.max_queue_ms, service.batch_ms if service is not None else options.service_ms)
+
+
 def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict[str, Any]:
     """Template values of ``_batching.pbtxt.j2``: the queue policy sized from the latency budget."""
-    policy = queue_policy(options.max_queue_ms, options.max_batch,
-                          service.batch_ms if service is not None else options.service_ms)
+    batch_ms = service.batch_ms if service is not None else options.service_ms
+    policy = queue_policy(build_budget(options, service).ms, options.max_batch, batch_ms)
     return {
         "instance_kind": "KIND_CPU",
         "queue_delay_us": options.queue_delay_us,
@@ -217,10 +222,23 @@ def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict
     }
 
 
+def decode_budget_ms(options: BuildOptions) -> float:
+    """How long one image's decode may take (0: no decode budget): ``--max-decode-ms``, else an explicit
+    ``--max-queue-ms``, else the floor of a derived queue budget.
+
+    The decode budget guards against one hostile image, whose cost does not grow with the detector's: a derived
+    queue budget follows the time of a whole batch (seconds for a large model on a small CPU), the decode of one
+    image does not.
+    """
+    if options.limits.max_decode_ms is not None:
+        return options.limits.max_decode_ms
+    return options.max_queue_ms if options.max_queue_ms is not None else MIN_BUDGET_MS
+
+
 def decode_parameters(options: BuildOptions) -> dict[str, str]:
     """The preprocess step's per-image work limits beyond the header limits (0 ms: no decode budget)."""
-    budget = options.limits.max_decode_ms if options.limits.max_decode_ms is not None else options.max_queue_ms
-    return {"max_jpeg_scans": str(options.limits.max_jpeg_scans), "max_decode_ms": repr(float(budget))}
+    return {"max_jpeg_scans": str(options.limits.max_jpeg_scans),
+            "max_decode_ms": repr(float(decode_budget_ms(options)))}
 
 
 def render_models(

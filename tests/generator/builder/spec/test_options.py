@@ -140,3 +140,15 @@ def test_defer_plan_is_for_the_tensorrt_target() -> None:
 ])
 def test_the_detector_device_defaults_to_the_targets(kwargs: dict[str, object], device: str) -> None:
     assert BuildOptions(**kwargs).detector_device == device  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("options", "counts"), [
+    (BuildOptions(), (1, 1, 1)),  # one CPU session with every core: a lone request gets the whole machine
+    (BuildOptions(target="onnxruntime"), (1, 1, 1)),
+    (BuildOptions(device="gpu"), (1, 2, 1)),  # on a GPU one instance's copies overlap the other's compute
+    (BuildOptions(target="tensorrt"), (1, 2, 1)),
+    (BuildOptions(instances=(2, 3, 4)), (2, 3, 4)),
+])
+def test_instance_counts_default_to_the_detectors_device(options: BuildOptions, counts: tuple[int, int, int]) -> None:
+    assert options.instance_counts == counts
+    assert (options.preprocess_instances, options.detector_instances, options.nms_instances) == counts

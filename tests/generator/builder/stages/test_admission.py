@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from generator.builder.stages.admission import CONTENTION_FACTOR, budget_warning, queue_policy, queue_size
+from generator.builder.stages.admission import (
+    CONTENTION_FACTOR,
+    MIN_BUDGET_MS,
+    budget_warning,
+    latency_budget,
+    queue_policy,
+    queue_size,
+)
 
 
 @pytest.mark.parametrize(("budget_ms", "batch", "batch_ms", "expected"), [
@@ -43,3 +50,30 @@ def test_a_budget_shorter_than_one_batch_is_reported() -> None:
     assert warning is not None
     assert "--max-queue-ms 250 is shorter than one full batch under load (about 400 ms)" in warning
     assert "raise --max-queue-ms or lower --max-batch" in warning
+
+
+@pytest.mark.parametrize(("batch_ms", "expected"), [
+    (497.0, 1988.0),  # yolov8n at 640 on 2 cores: two batches of 8 under load
+    (60.0, MIN_BUDGET_MS),  # a fast pipeline keeps the floor
+    (62.6, 251.0),  # rounded up to a whole millisecond
+    (None, MIN_BUDGET_MS),  # nothing measured or given
+])
+def test_the_default_budget_is_two_full_batches_under_load(batch_ms: float | None, expected: float) -> None:
+    budget = latency_budget(None, batch_ms)
+    assert (budget.ms, budget.source) == (expected, "derived")
+
+
+@pytest.mark.parametrize("batch_ms", [1.0, 62.6, 124.0, 497.0, 5000.0])
+def test_a_derived_budget_never_warns_and_queues_two_batches(batch_ms: float) -> None:
+    budget = latency_budget(None, batch_ms)
+    assert budget_warning(budget.ms, batch_ms) is None
+    assert queue_size(budget.ms, 8, batch_ms) >= 16
+    assert f"{batch_ms:.1f} ms service time" in budget.basis or budget.ms == MIN_BUDGET_MS
+
+
+def test_an_explicit_budget_is_the_users_sla_even_when_it_warns() -> None:
+    budget = latency_budget(250.0, 497.0)
+    assert budget.to_json() == {"max_queue_ms": 250.0, "budget": "explicit",
+                                "basis": "--max-queue-ms (the user's SLA)"}
+    assert queue_policy(budget.ms, 8, 497.0).timeout_us == 250_000
+    assert budget_warning(budget.ms, 497.0) is not None
