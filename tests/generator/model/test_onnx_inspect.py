@@ -119,7 +119,7 @@ def test_wrong_output_rank_is_refused(tmp_path: Path) -> None:
 
 def test_segment_task_is_refused(tmp_path: Path) -> None:
     model = make_detector(metadata=ultralytics_metadata(task="segment"))
-    with pytest.raises(ModelInspectionError, match="a segmentation head .* task 'segment'.*; the ensemble serves "
+    with pytest.raises(ModelInspectionError, match=r"a segmentation head .* task 'segment'.*; the ensemble serves "
                        "detection heads"):
         inspect_onnx(write(tmp_path, model))
 

@@ -87,6 +87,7 @@ def convert_fp16_report(
 
     op_block = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(keep_fp32_ops))
     asked = [n for n in extra_nodes if n not in tail]
+    body_nodes = {n.name for n in body.graph.node}
     fallback: list[Fp32Fallback] = []
     while True:
         blocked = [*asked, *(f.node for f in fallback)]
@@ -95,7 +96,7 @@ def convert_fp16_report(
         if problem is None:
             break
         node, reason = problem
-        if node is None or node in blocked or node not in node_names or len(fallback) >= MAX_FP32_FALLBACK:
+        if node is None or node in blocked or node not in body_nodes or len(fallback) >= MAX_FP32_FALLBACK:
             raise PrecisionError(f"FP16 conversion produced an invalid graph: {reason}")
         logger.warning("FP16: keeping node %s in FP32, converting it leaves the graph inconsistent: %s",
                        node, reason)
@@ -107,7 +108,8 @@ def _convert_body(body: onnx.ModelProto, op_block: list[str], node_block: list[s
     """The converter on the body, after giving the nodes it keeps in FP32 their own copy of shared weights."""
     from onnxconverter_common import float16
 
-    body = _unshare_kept_initializers(body, set(op_block), set(node_block))
+    body = _guard_kept_outputs(_unshare_kept_initializers(body, set(op_block), set(node_block)), set(op_block),
+                               set(node_block))
     with warnings.catch_warnings():
         # Weights below FP16's range are clamped to 1e-7 and the converter warns once per value.
         warnings.simplefilter("ignore", UserWarning)
@@ -146,6 +148,33 @@ def _unshare_kept_initializers(body: onnx.ModelProto, op_block: set[str], node_b
             for index, name in enumerate(node.input):
                 if name in shared:
                     node.input[index] = f"{name}__kept_fp32"
+    return copy
+
+
+def _guard_kept_outputs(body: onnx.ModelProto, op_block: set[str], node_block: set[str]) -> onnx.ModelProto:
+    """Put an Identity between a node kept in FP32 and a body output it writes.
+
+    The converter leaves such an output FP16 while the node writes FP32 (the tail then reads FP16 data next to
+    its FP32 weights); behind a converted Identity it casts the output back to FP32 like every other.
+    """
+    outputs = {o.name for o in body.graph.output}
+    kept = [n for n in body.graph.node if (n.op_type in op_block or n.name in node_block)
+            and any(o in outputs for o in n.output)]
+    if not kept:
+        return body
+    copy = onnx.ModelProto()
+    copy.CopyFrom(body)
+    renamed: dict[str, str] = {}
+    for node in copy.graph.node:
+        if node.name in {k.name for k in kept}:
+            for index, name in enumerate(node.output):
+                if name in outputs:
+                    renamed[name] = node.output[index] = f"{name}__kept_fp32"
+    for node in copy.graph.node:
+        for index, name in enumerate(node.input):
+            node.input[index] = renamed.get(name, name)
+    copy.graph.node.extend(onnx.helper.make_node("Identity", [inner], [name], name=f"{inner}_identity")
+                           for name, inner in renamed.items())
     return copy
 
 
