@@ -2,15 +2,17 @@
 
 The detectors are real Ultralytics exports of the packaged model YAMLs (``tests/fixtures/ultralytics``):
 YOLOv5u, v8, v9t, v10 and 26 (NMS-free end-to-end heads), 11 and 12, each with a static batch of 1 and a
-dynamic batch. For each one and each precision (FP32, FP16, INT8 with ONNX Runtime's quantizer) the test
+dynamic batch. For each one and each precision (FP32, FP16, INT8 with ONNX Runtime's quantizer and, on the
+dynamic exports for ``embedded`` and ``tensorrt``, INT8 with NVIDIA Model Optimizer) the test
 builds the ``embedded``, ``onnxruntime`` and ``tensorrt --defer-plan`` repositories, checks each served
 graph against TensorRT's ONNX parser rules, serves the embedded ones on the real embedded Triton (one server
 per family) and compares what the ensemble returns with ONNX Runtime running the same served graph on the same
 letterboxed images through the serving NMS: the same boxes (to 1e-3 px), scores within 1e-4.
 
 Random weights would give nothing to compare: the fixtures refill each convolution so its output has unit
-spread and set the class biases so that, at ``CONF_THRESHOLD`` 0.1, each 640x480 scene keeps a handful to a
-few dozen boxes (asserted below: at least one image per model has several). The outcome of every cell is
+spread on synthetic scenes and set the class biases so that scores spread over (0, 1) instead of sitting at
+1e-5; at the default threshold (0.25) the test scenes then keep from none to the cap of 100 boxes (asserted
+below: at least one image per model has three or more). The outcome of every cell is
 the README's family matrix; the last test fails when the README says something else
 (``TDE_WRITE_FAMILY_MATRIX=1`` rewrites it from the measured outcome).
 """
@@ -107,6 +109,9 @@ def test_family_builds_everywhere_and_serves_what_onnxruntime_computes(family: s
         sources[mode] = fixtures.write(key, Path(workspace["root"]) / "onnx")
         for precision in matrix.PRECISIONS:
             for target in matrix.TARGETS:
+                if not matrix.tested(mode, precision, target):
+                    CELLS[family, mode, precision, target] = matrix.Cell(tested=False)
+                    continue
                 cell, repository = _build_cell(sources[mode], key, family, mode, precision, target, workspace)
                 CELLS[family, mode, precision, target] = cell
                 if repository is not None and target == "embedded":
@@ -118,32 +123,43 @@ def test_family_builds_everywhere_and_serves_what_onnxruntime_computes(family: s
     server = EmbeddedServer(repositories[0], free_port(), free_port(), free_port(), log_file=log,
                             extra_args=tuple(f"--model-repository={r}" for r in repositories[1:]))
     scenes = _scenes()
-    with server:
+    mismatched: dict[str, str] = {}
+    server.start()
+    try:
+        # Eight ensembles (24 Python stubs) load here; the shared CI machine may take minutes to start them all.
+        server.wait_ready(300)
         for (mode, precision), repository in embedded.items():
             name = matrix.model_name(family, mode, precision, "embedded")
-            most = _compare(server, name, repository, sources[mode], scenes)
-            assert most >= 3, f"{name}: at most {most} boxes per image; the comparison would prove little"
+            try:
+                most = _compare(server, name, repository, sources[mode], scenes)
+                assert most >= 3, f"{name}: at most {most} boxes per image; the comparison would prove little"
+            except AssertionError as exc:
+                mismatched[name] = str(exc)
+                continue
             CELLS[family, mode, precision, "embedded"].served = True
+    finally:
+        server.stop()
+    assert not mismatched, f"{family}: served detections differ from ONNX Runtime's: {mismatched}"
     assert not refused, f"{family}: builds refused: {refused}"
     assert not unclean, f"{family}: graphs TensorRT's parser would refuse: {unclean}"
 
 
-def _head_refusals() -> dict[str, str]:
+def _head_refusals(directory: Path) -> dict[str, str]:
     refusals = {}
     for head in fixtures.REFUSED_HEADS:
-        path = fixtures.HERE / str(fixtures.record()["models"][f"{head}-static"]["file"])  # type: ignore[index]
+        path = fixtures.write(f"{head}-static", directory)
         with pytest.raises(ModelInspectionError) as caught:
             inspect_onnx(path)
         refusals[head] = str(caught.value).split(";")[0]
     return refusals
 
 
-def test_readme_family_matrix_is_what_the_matrix_measured() -> None:
+def test_readme_family_matrix_is_what_the_matrix_measured(tmp_path: Path) -> None:
     expected = {(f, m, p, t) for f in fixtures.FAMILIES for m in fixtures.BATCH_MODES
                 for p in matrix.PRECISIONS for t in matrix.TARGETS}
-    if set(CELLS) != expected:
+    if not expected <= set(CELLS):
         pytest.skip("runs after the whole matrix (every family) in the same session")
-    table = matrix.render_table(CELLS, _head_refusals())
+    table = matrix.render_table(CELLS, _head_refusals(tmp_path))
     text = matrix.README.read_text()
     if os.environ.get("TDE_WRITE_FAMILY_MATRIX") == "1":
         matrix.README.write_text(matrix.replace_readme_table(text, table))
