@@ -3,7 +3,7 @@
 The detectors are real Ultralytics exports of the packaged model YAMLs (``tests/fixtures/ultralytics``):
 YOLOv5u, v8, v9t, v10 and 26 (NMS-free end-to-end heads), 11 and 12, each with a static batch of 1 and a
 dynamic batch. For each one and each precision (FP32, FP16, INT8 with ONNX Runtime's quantizer and, on the
-dynamic exports for ``embedded`` and ``tensorrt``, INT8 with NVIDIA Model Optimizer) the test
+dynamic exports of YOLO11 and YOLO26 for ``embedded`` and ``tensorrt``, INT8 with NVIDIA Model Optimizer) the test
 builds the ``embedded``, ``onnxruntime`` and ``tensorrt --defer-plan`` repositories, checks each served
 graph against TensorRT's ONNX parser rules, serves the embedded ones on the real embedded Triton (one server
 per family) and compares what the ensemble returns with ONNX Runtime running the same served graph on the same
@@ -109,7 +109,7 @@ def test_family_builds_everywhere_and_serves_what_onnxruntime_computes(family: s
         sources[mode] = fixtures.write(key, Path(workspace["root"]) / "onnx")
         for precision in matrix.PRECISIONS:
             for target in matrix.TARGETS:
-                if not matrix.tested(mode, precision, target):
+                if not matrix.tested(family, mode, precision, target):
                     CELLS[family, mode, precision, target] = matrix.Cell(tested=False)
                     continue
                 cell, repository = _build_cell(sources[mode], key, family, mode, precision, target, workspace)
