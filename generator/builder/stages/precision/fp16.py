@@ -3,7 +3,9 @@
 onnxconverter-common's converter crashes (``remove_unnecessary_cast_node``) or rounds the output
 through FP16 when a blocked node writes a graph output, which is exactly where the score Sigmoid
 and box decode sit. So the graph is split: the body (all but the head tail) is converted with
-FP32 I/O, and the untouched FP32 tail is joined back onto it.
+FP32 I/O, and the untouched FP32 tail is joined back onto it. Where the converter still leaves a node
+inconsistent (FP16 weights next to FP32 data), that node is kept in FP32 and reported instead of failing
+the build; the precision step writes the report into the manifest.
 """
 
 from __future__ import annotations
