@@ -22,6 +22,15 @@ TRITON_DTYPES: dict[int, str] = {
     TensorProto.BFLOAT16: "TYPE_BF16",
 }
 SUPPORTED_INPUT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
+SUPPORTED_HEADS = ("detection heads: [N, 4+nc, anchors] (YOLOv5u, v8, v9, 11, 12), [N, anchors, 5+nc] (YOLOv5) "
+                   "and [N, K, 6] (NMS-free YOLOv10, YOLO26)")
+# Ultralytics' metadata ``task`` of the heads the ensemble cannot serve, and what their outputs carry.
+OTHER_TASKS = {
+    "pose": "a pose head (boxes plus keypoints per anchor)",
+    "segment": "a segmentation head (boxes plus mask coefficients, and a second output of mask prototypes)",
+    "obb": "an oriented-box head (boxes plus a rotation angle per anchor)",
+    "classify": "a classification head (one score per class for the whole image, no boxes)",
+}
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,37 @@ def detect_layout(output: TensorInfo, num_classes: int | None, end2end: bool) ->
     )
 
 
+def refuse_other_heads(metadata: dict[str, str], outputs: list[TensorInfo]) -> None:
+    """Name the head of a pose, segmentation, OBB or classification export and say what is served instead.
+
+    Ultralytics writes the task into the metadata; without it, a second output (segmentation) or a 2-D
+    output (classification) gives the head away. Pose and OBB heads look like a v8 head with extra rows and
+    are caught by the class count (``names``) in :func:`detect_layout`.
+    """
+    task = metadata.get("task")
+    head = metadata.get("head")
+    if task in OTHER_TASKS:
+        named = f" '{head}'" if head else ""
+        raise ModelInspectionError(
+            f"the ONNX is {OTHER_TASKS[task]} (Ultralytics task '{task}', head{named or ' unnamed'}); "
+            f"the ensemble serves {SUPPORTED_HEADS}: export the detection model of the family "
+            "(yolo11n.pt, not yolo11n-pose.pt)"
+        )
+    if task not in (None, "detect"):
+        raise ModelInspectionError(f"the ONNX metadata says task '{task}'; only 'detect' models are supported "
+                                   f"({SUPPORTED_HEADS})")
+    if len(outputs) == 2 and any(len(o.shape) == 4 for o in outputs):
+        raise ModelInspectionError(
+            f"the ONNX has two outputs {[o.name for o in outputs]}, one of them 4-D: {OTHER_TASKS['segment']}; "
+            f"the ensemble serves {SUPPORTED_HEADS}"
+        )
+    if len(outputs) == 1 and len(outputs[0].shape) == 2:
+        raise ModelInspectionError(
+            f"output '{outputs[0].name}' has shape {list(outputs[0].shape)}: {OTHER_TASKS['classify']}; "
+            f"the ensemble serves {SUPPORTED_HEADS}"
+        )
+
+
 def _resolve_output_dims(path: Path, model_input: TensorInfo, output: TensorInfo,
                          size: tuple[int, int]) -> TensorInfo:
     """Replace symbolic non-batch output dims by running the model once on a blank input.
@@ -194,6 +234,8 @@ def inspect_onnx(path: Path, image_size: tuple[int, int] | None = None) -> Detec
         )
     if model_input.elem_type not in SUPPORTED_INPUT_TYPES:
         raise ModelInspectionError(f"input '{model_input.name}' must be float32 or float16")
+    metadata = {p.key: p.value for p in model.metadata_props}
+    refuse_other_heads(metadata, outputs)
     if len(outputs) != 1:
         raise ModelInspectionError(
             f"expected one detection output, found {len(outputs)}: {[o.name for o in outputs]} "
@@ -203,11 +245,7 @@ def inspect_onnx(path: Path, image_size: tuple[int, int] | None = None) -> Detec
     if output.elem_type not in SUPPORTED_INPUT_TYPES:
         raise ModelInspectionError(f"output '{output.name}' must be float32 or float16")
 
-    metadata = {p.key: p.value for p in model.metadata_props}
     names = _class_names(metadata)
-    task = metadata.get("task")
-    if task not in (None, "detect"):
-        raise ModelInspectionError(f"the ONNX metadata says task '{task}'; only 'detect' models are supported")
     end2end = str(metadata.get("end2end", "")).lower() == "true"
     size = _image_size(metadata, model_input, image_size)
     output = _resolve_output_dims(path, model_input, output, size)

@@ -3,13 +3,18 @@
 onnxconverter-common's converter crashes (``remove_unnecessary_cast_node``) or rounds the output
 through FP16 when a blocked node writes a graph output, which is exactly where the score Sigmoid
 and box decode sit. So the graph is split: the body (all but the head tail) is converted with
-FP32 I/O, and the untouched FP32 tail is joined back onto it.
+FP32 I/O, and the untouched FP32 tail is joined back onto it. Where the converter still leaves a node
+inconsistent (FP16 weights next to FP32 data), that node is kept in FP32 and reported instead of failing
+the build; the precision step writes the report into the manifest.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import onnx
 
@@ -21,6 +26,27 @@ from generator.builder.stages.precision.head import ensure_node_names, find_dete
 DEFAULT_KEEP_FP32_OPS: tuple[str, ...] = ("Resize", "Upsample", "Range", "TopK", "NonMaxSuppression")
 
 _FP16_MARKER_KEY = "triton_detection_ensemble.precision"
+# Nodes kept in FP32 after the conversion left them inconsistent, at most (each one costs a conversion).
+MAX_FP32_FALLBACK = 16
+# ONNX's shape inference names the node it stopped at: "(op_type:Conv, node name: /model.17/conv/Conv): ...".
+_NODE_IN_ERROR = re.compile(r"node name: ([^)]+)\)")
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Fp32Fallback:
+    """A node the conversion kept in FP32 because converting it left the graph inconsistent, and why."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fp16Conversion:
+    """The converted graph and the nodes it had to keep in FP32 beyond the ones asked for."""
+
+    model: onnx.ModelProto
+    fallback: tuple[Fp32Fallback, ...] = ()
 
 
 def convert_fp16(
@@ -29,14 +55,24 @@ def convert_fp16(
     keep_fp32_nodes: Iterable[str] = (),
     keep_head_fp32: bool = True,
 ) -> onnx.ModelProto:
-    """Return an FP16 copy of ``model`` with FP32 inputs and outputs.
+    """Return an FP16 copy of ``model`` with FP32 inputs and outputs (see :func:`convert_fp16_report`)."""
+    return convert_fp16_report(model, keep_fp32_ops, keep_fp32_nodes, keep_head_fp32).model
+
+
+def convert_fp16_report(
+    model: onnx.ModelProto,
+    keep_fp32_ops: Iterable[str] = DEFAULT_KEEP_FP32_OPS,
+    keep_fp32_nodes: Iterable[str] = (),
+    keep_head_fp32: bool = True,
+) -> Fp16Conversion:
+    """Convert ``model`` to FP16 with FP32 inputs and outputs, and say which nodes had to stay FP32.
 
     ``keep_fp32_ops`` are op types and ``keep_fp32_nodes`` node names left in FP32 inside the body;
     with ``keep_head_fp32`` the whole head tail (see :mod:`generator.builder.stages.precision.head`) stays FP32.
-    The result passes ``onnx.checker`` and keeps the original metadata (class names, imgsz).
+    When the converted graph fails ONNX's checks at a node (the converter leaves an FP32 tensor next to FP16
+    weights there), that node is kept in FP32 too and the conversion runs again, up to
+    ``MAX_FP32_FALLBACK`` nodes. The result passes ``onnx.checker`` and keeps the original metadata.
     """
-    from onnxconverter_common import float16
-
     named = ensure_node_names(model)
     inferred = onnx.shape_inference.infer_shapes(named)
     node_names = {node.name for node in inferred.graph.node}
@@ -49,25 +85,110 @@ def convert_fp16(
 
     tail = set(find_detection_head(inferred).tail) if keep_head_fp32 else set()
     body, tail_graph = _split(inferred, tail)
+    from onnxconverter_common import float16
+
     op_block = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(keep_fp32_ops))
+    asked = [n for n in extra_nodes if n not in tail]
+    body_nodes = {n.name for n in body.graph.node}
+    fallback: list[Fp32Fallback] = []
+    while True:
+        blocked = [*asked, *(f.node for f in fallback)]
+        joined = _join(inferred, _convert_body(body, op_block, blocked), tail_graph)
+        problem = _first_invalid_node(joined)
+        if problem is None:
+            break
+        node, reason = problem
+        if node is None or node in blocked or node not in body_nodes or len(fallback) >= MAX_FP32_FALLBACK:
+            raise PrecisionError(f"FP16 conversion produced an invalid graph: {reason}")
+        logger.warning("FP16: keeping node %s in FP32, converting it leaves the graph inconsistent: %s",
+                       node, reason)
+        fallback.append(Fp32Fallback(node, reason))
+    return Fp16Conversion(joined, tuple(fallback))
+
+
+def _convert_body(body: onnx.ModelProto, op_block: list[str], node_block: list[str]) -> onnx.ModelProto:
+    """The converter on the body, after giving the nodes it keeps in FP32 their own copy of shared weights."""
+    from onnxconverter_common import float16
+
+    body = _guard_kept_outputs(_unshare_kept_initializers(body, set(op_block), set(node_block)), set(op_block),
+                               set(node_block))
     with warnings.catch_warnings():
         # Weights below FP16's range are clamped to 1e-7 and the converter warns once per value.
         warnings.simplefilter("ignore", UserWarning)
         try:
-            converted = float16.convert_float_to_float16(
-                body,
-                keep_io_types=True,
-                op_block_list=op_block,
-                node_block_list=[n for n in extra_nodes if n not in tail],
-            )
+            return float16.convert_float_to_float16(body, keep_io_types=True, op_block_list=op_block,
+                                                    node_block_list=node_block)
         except ValueError as exc:
             raise PrecisionError(f"FP16 conversion failed: {exc}") from exc
-    joined = _join(inferred, converted, tail_graph)
+
+
+def _unshare_kept_initializers(body: onnx.ModelProto, op_block: set[str], node_block: set[str]
+                               ) -> onnx.ModelProto:
+    """Give nodes kept in FP32 their own copy of each initializer that converted nodes read too.
+
+    The converter turns a shared initializer into FP16 for the converted readers and leaves the kept node
+    reading it as it is, an FP16 weight next to FP32 data ("W has inconsistent type"). Exporters share
+    initializers whenever values repeat (onnxslim merges equal constants: every zero bias of one size).
+    """
+    def kept(node: onnx.NodeProto) -> bool:
+        return node.op_type in op_block or node.name in node_block
+
+    floats = {i.name: i for i in body.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    converted_reads = {name for n in body.graph.node if not kept(n) for name in n.input if name in floats}
+    shared = {name for n in body.graph.node if kept(n) for name in n.input if name in converted_reads}
+    if not shared:
+        return body
+    copy = onnx.ModelProto()
+    copy.CopyFrom(body)
+    for name in sorted(shared):
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(floats[name])
+        tensor.name = f"{name}__kept_fp32"
+        copy.graph.initializer.append(tensor)
+    for node in copy.graph.node:
+        if kept(node):
+            for index, name in enumerate(node.input):
+                if name in shared:
+                    node.input[index] = f"{name}__kept_fp32"
+    return copy
+
+
+def _guard_kept_outputs(body: onnx.ModelProto, op_block: set[str], node_block: set[str]) -> onnx.ModelProto:
+    """Put an Identity between a node kept in FP32 and a body output it writes.
+
+    The converter leaves such an output FP16 while the node writes FP32 (the tail then reads FP16 data next to
+    its FP32 weights); behind a converted Identity it casts the output back to FP32 like every other.
+    """
+    outputs = {o.name for o in body.graph.output}
+    kept = [n for n in body.graph.node if (n.op_type in op_block or n.name in node_block)
+            and any(o in outputs for o in n.output)]
+    if not kept:
+        return body
+    copy = onnx.ModelProto()
+    copy.CopyFrom(body)
+    renamed: dict[str, str] = {}
+    for node in copy.graph.node:
+        if node.name in {k.name for k in kept}:
+            for index, name in enumerate(node.output):
+                if name in outputs:
+                    renamed[name] = node.output[index] = f"{name}__kept_fp32"
+    for node in copy.graph.node:
+        for index, name in enumerate(node.input):
+            node.input[index] = renamed.get(name, name)
+    copy.graph.node.extend(onnx.helper.make_node("Identity", [inner], [name], name=f"{inner}_identity")
+                           for name, inner in renamed.items())
+    return copy
+
+
+def _first_invalid_node(model: onnx.ModelProto) -> tuple[str | None, str] | None:
+    """None when ``model`` passes ONNX's full check; else the node the error names (if any) and the error."""
     try:
-        onnx.checker.check_model(joined, full_check=True)
+        onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        raise PrecisionError(f"FP16 conversion produced an invalid graph: {exc}") from exc
-    return joined
+        message = str(exc)
+        match = _NODE_IN_ERROR.search(message)
+        return (match.group(1) if match else None), message.strip()
+    return None
 
 
 def fp32_node_names(model: onnx.ModelProto) -> list[str]:

@@ -48,6 +48,7 @@ from generator.builder.stages.precision.calibration import (
     stride_for,
 )
 from generator.builder.stages.precision.errors import CalibrationError, PrecisionError
+from generator.builder.stages.precision.fp16 import Fp32Fallback
 from generator.builder.stages.precision.head import ensure_node_names, find_detection_head
 
 Int8Tool = Literal["ort", "modelopt"]
@@ -127,6 +128,7 @@ class Int8Result:
     excluded_nodes: tuple[str, ...] = field(default=())
     tool: Int8Tool = "ort"
     float_dtype: FloatDtype = "fp16"
+    fp32_fallback: tuple[Fp32Fallback, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ def quantize_int8(
         quantized = _quantize_with_modelopt(prepared, batches, options, excluded, data_digest, say)
     else:
         quantized = _quantize_with_ort(prepared, batches, options, excluded, data_digest, cache_dir, progress)
-    final = _finish(model, quantized.model, options)
+    final, fallback = _finish(model, quantized.model, options)
     total = time.perf_counter() - started
     say(f"calibration: {'cached' if quantized.hit else f'{quantized.seconds:.1f} s'}, "
         f"quantization total {total:.1f} s")
@@ -178,7 +180,7 @@ def quantize_int8(
         model=final, method=options.method, calibration_digest=quantized.digest, cache_key=quantized.key,
         cache_path=quantized.cache_path, cache_hit=quantized.hit, num_batches=quantized.num_batches,
         calibration_seconds=quantized.seconds, total_seconds=total, excluded_nodes=excluded,
-        tool=options.tool, float_dtype=options.float_dtype,
+        tool=options.tool, float_dtype=options.float_dtype, fp32_fallback=fallback,
     )
 
 
@@ -257,21 +259,24 @@ def _quantize_with_modelopt(
     return _Quantized(quantized, digest, "", None, False, len(items), time.perf_counter() - started)
 
 
-def _finish(source: onnx.ModelProto, quantized: onnx.ModelProto, options: Int8Options) -> onnx.ModelProto:
+def _finish(source: onnx.ModelProto, quantized: onnx.ModelProto, options: Int8Options
+            ) -> tuple[onnx.ModelProto, tuple[Fp32Fallback, ...]]:
     """FP16 for the unquantized layers (head tail kept FP32), the exporter's metadata, and the checks."""
     from generator.builder.stages.precision.tensorrt_compat import check_tensorrt_compatible
 
+    fallback: tuple[Fp32Fallback, ...] = ()
     if options.float_dtype == "fp16":
-        from generator.builder.stages.precision.fp16 import convert_fp16
+        from generator.builder.stages.precision.fp16 import convert_fp16_report
 
-        quantized = convert_fp16(quantized, keep_head_fp32=options.exclude_head)
+        conversion = convert_fp16_report(quantized, keep_head_fp32=options.exclude_head)
+        quantized, fallback = conversion.model, conversion.fallback
     _copy_metadata(source, quantized)
     try:
         onnx.checker.check_model(quantized, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise PrecisionError(f"INT8 quantization produced an invalid graph: {exc}") from exc
     check_tensorrt_compatible(quantized, "INT8 graph")
-    return quantized
+    return quantized, fallback
 
 
 def _nodes_to_exclude(model: onnx.ModelProto, options: Int8Options) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import onnx
 
 from generator.builder.spec.options import BuildOptions, PrecisionOptions
+from generator.builder.stages.precision.fp16 import Fp32Fallback
 from generator.builder.stages.precision.int8 import FloatDtype
 from generator.errors import GeneratorError
 from generator.evaluation.gate import IMAGE_SUFFIXES
@@ -72,18 +74,25 @@ def int8_float_dtype(precision: PrecisionOptions, options: BuildOptions) -> Floa
     return "fp32" if options.target == "onnxruntime" else "fp16"
 
 
+def fallback_facts(fallback: Sequence[Fp32Fallback]) -> dict[str, str]:
+    """The manifest's record of the nodes a conversion kept in FP32 on its own: which, and why."""
+    return {"fp32_fallback_nodes": ",".join(f.node for f in fallback),
+            "fp32_fallback_reasons": json.dumps({f.node: f.reason for f in fallback}, sort_keys=True)}
+
+
 def make_precision_transform(precision: PrecisionOptions) -> PrecisionTransform:
     """Return a ``PrecisionTransform`` closed over the precision options."""
 
     def transform(model: onnx.ModelProto, info: DetectorInfo, options: BuildOptions
                   ) -> tuple[onnx.ModelProto, dict[str, str]]:
         if options.precision == "fp16":
-            from generator.builder.stages.precision.fp16 import convert_fp16
+            from generator.builder.stages.precision.fp16 import convert_fp16_report
             from generator.builder.stages.precision.tensorrt_compat import check_tensorrt_compatible
 
-            converted = convert_fp16(model, keep_fp32_nodes=precision.fp16_keep)
-            check_tensorrt_compatible(converted, "FP16 graph")
-            return converted, {"fp16_keep_nodes": ",".join(precision.fp16_keep)}
+            conversion = convert_fp16_report(model, keep_fp32_nodes=precision.fp16_keep)
+            check_tensorrt_compatible(conversion.model, "FP16 graph")
+            return conversion.model, {"fp16_keep_nodes": ",".join(precision.fp16_keep),
+                                      **fallback_facts(conversion.fallback)}
         return _int8(model, info, options, precision)
 
     return transform
@@ -115,4 +124,5 @@ def _int8(model: onnx.ModelProto, info: DetectorInfo, options: BuildOptions, pre
         "int8_tool": result.tool,
         "int8_float": result.float_dtype,
         "quantization": summary,
+        **fallback_facts(result.fp32_fallback),
     }
