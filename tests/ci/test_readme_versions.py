@@ -79,7 +79,7 @@ SOURCES: dict[str, Callable[[], set[str]]] = {
     "NGC Triton image": ngc_triton,
     "NGC TensorRT image": lambda: {Settings().tensorrt_base_image},
     "tritonclient": lambda: extra("tritonclient", "build", "client"),
-    "perf_analyzer": lambda: lock("tritonclient", "perf-analyzer") | lock("nvidia-cuda-runtime-cu12", "perf-analyzer"),
+    "perf_analyzer, 2.51 config schema": lambda: lock("tritonclient", "perf-analyzer") | lock("nvidia-cuda-runtime-cu12", "perf-analyzer"),
     "numpy, yours": lambda: extra("numpy", "build", "client"),
     "numpy, embedded stubs": lambda: lock("numpy", "stub-cpu", "stub-gpu"),
     "numpy, NGC image": lambda: extra("numpy", "serve"),
