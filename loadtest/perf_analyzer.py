@@ -1,8 +1,10 @@
 """Drive NVIDIA's ``perf_analyzer`` with real images and read its CSV into the common result shape.
 
-The tritonclient 2.51 wheel installs the binary next to the Python interpreter; it links against Debian's
-``libb64-0d`` and the CUDA runtime (``libcudart.so.12``, which the PyPI package
-``nvidia-cuda-runtime-cu12`` provides without a GPU). When either is missing this module says exactly
+The project's tritonclient (2.73) is a pure-Python wheel without the binary; the 2.51 wheel carries it. So
+perf_analyzer runs from an environment of its own, made on first use from
+``generator/server/locks/perf-analyzer.txt`` under the server cache (generator/server/environments.py):
+tritonclient 2.51 and ``nvidia-cuda-runtime-cu12``, whose ``libcudart.so.12`` the binary links even
+without a GPU. It also needs Debian's ``libb64-0d``. When a library is missing this module says exactly
 which and how to install it, instead of letting the loader print a cryptic error.
 """
 
@@ -13,50 +15,54 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from generator.errors import ServerError
+from generator.server.embedded import cache_root
+from generator.server.environments import PERF_ANALYZER, ensure_environment
 
 from .errors import LoadTestError, RunError, ToolMissingError
 from .report import LatencyPoint
 
 LIBRARY_HINTS = {
     "libb64.so.0d": "Debian package libb64-0d (apt-get install -y libb64-0d)",
-    "libcudart.so.12": "PyPI package nvidia-cuda-runtime-cu12 (pip install nvidia-cuda-runtime-cu12; "
+    "libcudart.so.12": "PyPI package nvidia-cuda-runtime-cu12 (in the environment of the perf_analyzer binary; "
     "its lib folder is put on LD_LIBRARY_PATH automatically)",
 }
 
 
 def locate_binary(explicit: Path | None = None) -> Path:
-    """The perf_analyzer to use: ``explicit``, else the one beside this Python, else the one on PATH."""
+    """The perf_analyzer to use: ``explicit``, else the one of its locked environment (made the first time)."""
     if explicit is not None:
         if not explicit.is_file():
             raise ToolMissingError(f"perf_analyzer not found at {explicit}")
         return explicit
-    beside = Path(sys.executable).parent / "perf_analyzer"
-    if beside.is_file():
-        return beside
-    found = shutil.which("perf_analyzer")
-    if found:
-        return Path(found)
-    raise ToolMissingError(
-        "perf_analyzer not found: it ships in the tritonclient wheel (pip install 'tritonclient[all]==2.51.0') "
-        "or pass --binary PATH"
-    )
+    try:
+        environment = ensure_environment(PERF_ANALYZER, cache_root())
+    except ServerError as exc:
+        raise ToolMissingError(f"perf_analyzer is not available: {exc}; or pass --binary PATH") from None
+    binary = environment.bin / "perf_analyzer"
+    if not binary.is_file():
+        raise ToolMissingError(f"{binary} is missing from its environment ({PERF_ANALYZER.lock.name}); "
+                               "pass --binary PATH")
+    return binary
 
 
-def cuda_runtime_dirs() -> list[str]:
-    """Library folders of the ``nvidia-cuda-runtime-cu12`` wheel, if it is installed."""
+def cuda_runtime_dirs(binary: Path) -> list[str]:
+    """Library folders of ``nvidia-cuda-runtime-cu12`` in the environment ``binary`` comes from, and in this one."""
+    environment = binary.parent.parent
+    found = [str(p) for p in sorted(environment.glob("lib/python*/site-packages/nvidia/cuda_runtime/lib"))]
     try:
         import nvidia.cuda_runtime as cuda_runtime
     except ImportError:
-        return []
-    return [str(Path(p) / "lib") for p in cuda_runtime.__path__ if (Path(p) / "lib").is_dir()]
+        return found
+    return found + [str(Path(p) / "lib") for p in cuda_runtime.__path__ if (Path(p) / "lib").is_dir()]
 
 
-def runtime_environment() -> dict[str, str]:
+def runtime_environment(binary: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join([*cuda_runtime_dirs(), *filter(None, [env.get("LD_LIBRARY_PATH")])])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([*cuda_runtime_dirs(binary), *filter(None, [env.get("LD_LIBRARY_PATH")])])
     return env
 
 
@@ -70,7 +76,7 @@ def missing_libraries(binary: Path, env: dict[str, str]) -> list[str]:
 
 def check_runnable(binary: Path) -> dict[str, str]:
     """Return the environment to run ``binary`` in, or raise naming every missing library and its package."""
-    env = runtime_environment()
+    env = runtime_environment(binary)
     missing = missing_libraries(binary, env)
     if missing:
         details = "; ".join(f"{lib}: install the {LIBRARY_HINTS.get(lib, 'package that provides it')}" for lib in missing)

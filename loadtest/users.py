@@ -268,10 +268,9 @@ class TritonHttpUser(TritonUser):
             except ValueError:
                 message = data[:200].decode("utf-8", "replace")
             raise InferenceFailed(f"HTTP {response.status_code}: {message}")
-        header_length = response.get("Inference-Header-Content-Length")
-        result = self._http.InferResult.from_response_body(
-            data, header_length=int(header_length) if header_length else None
-        )
+        header = response.get("Inference-Header-Content-Length")  # geventhttpclient 2.6: str, or a list if repeated
+        header_length = int(header if isinstance(header, str) else header[0]) if header else None
+        result = self._http.InferResult.from_response_body(data, header_length=header_length)
         _check_result(result)
         return len(data)
 

@@ -78,8 +78,8 @@ def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str
 OPENCV_FLOOR = (4, 8, 1, 78)
 _OPENCV = ("opencv-python-headless", "opencv-python")
 
-# Packages that must stay out of the builder image: geventhttpclient 2.0.2 (pinned by tritonclient[http] 2.51)
-# has no CPython 3.12 wheel, which the NGC images run.
+# Packages that must stay out of the builder image, which builds and serves nothing over HTTP: the HTTP client's
+# geventhttpclient (2.0.2, pinned by tritonclient 2.51, had no CPython 3.12 wheel for the NGC images) and Locust.
 _BUILDER_FORBIDDEN = ("locust", "geventhttpclient")
 
 

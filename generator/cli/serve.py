@@ -18,6 +18,7 @@ from typing import Any
 
 from generator.errors import ServerError
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer
+from generator.server.environments import STUB_ENVIRONMENTS, stub_environment_for
 from generator.server.hardening import AdminAccess, admin_access
 from generator.server.shutdown import EXIT_TIMEOUT_S
 from generator.server.tracing import DEFAULT_RATE, TraceSettings, TraceSettingsError
@@ -56,6 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-rate", type=int, default=DEFAULT_RATE,
                         help="with --trace-otlp: trace every N-th request that carries no trace context; "
                              "0: only requests that do")
+    parser.add_argument("--stub-env", choices=["auto", *STUB_ENVIRONMENTS], default="auto",
+                        help="the locked environment the Python-backend models run in (numpy 1.x, made under the "
+                             "server cache on first use); auto: gpu when a Python model has KIND_GPU instances")
+    parser.add_argument("--prepare", action="store_true",
+                        help="only fetch the server and make the stub environment, then exit (for images, offline use)")
 
 
 def find_ensembles(repositories: list[Path]) -> list[str]:
@@ -128,8 +134,18 @@ def trace_args(args: argparse.Namespace) -> list[str]:
         raise ServerError(str(exc)) from None
 
 
+def _prepare(server: EmbeddedServer) -> int:
+    install, stub = server.prepare()
+    print(f"Triton {TRITON_VERSION} in {install.root}; {server.stub.name} environment in {stub.root} "
+          f"(verified against {server.stub.lock.name})", flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     repositories: list[Path] = args.model_repository or [Path("model_repository")]
+    stub = stub_environment_for(repositories) if args.stub_env == "auto" else STUB_ENVIRONMENTS[args.stub_env]
+    if args.prepare:
+        return _prepare(EmbeddedServer(repositories[0], stub=stub))
     missing = [str(r) for r in repositories if not r.is_dir()]
     if missing:
         raise ServerError(f"model repository not found: {', '.join(missing)} (run python -m generator build first)")
@@ -144,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
                     # The latency quantiles per model and version that `generator rollout` compares.
                     *(["--metrics-config=summary_latencies=true"] if explicit else [])),
         admin=admin, exit_timeout_s=args.drain_timeout_s, load_models=tuple(probed) if explicit else None,
+        stub=stub,
     )
     try:
         policy = WatchPolicy(failures=args.probe_failures, interval_s=args.probe_interval_s,

@@ -2,7 +2,8 @@
 
 The wheel carries ``tritonserver``, its shared libraries, the Python backend and one backend stub per
 Python version. It is fetched once with pip (so pip's index settings apply), verified by sha256, and
-unpacked into a cache; the pytriton Python package itself is not used.
+unpacked into a cache; the pytriton Python package itself is not used. The stubs run in an environment of
+their own (numpy 1.26, see environments.py), not in the user's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ from pathlib import Path
 from types import TracebackType
 
 from generator.errors import ServerError
+from generator.server.environments import (
+    Environment,
+    LockedEnvironment,
+    ensure_environment,
+    stub_environment_for,
+)
 from generator.server.hardening import AdminAccess
 from generator.server.shutdown import TEARDOWN_S, StopTiming
 from generator.serving.contract import OPENCV_PIXEL_LIMIT, OPENCV_PIXEL_LIMIT_ENV
@@ -137,7 +144,9 @@ class EmbeddedServer:
     """Start ``tritonserver`` on loopback for a model repository; use as a context manager.
 
     `admin` restricts the admin API groups (``generator serve`` and the test server do, like deploy); without
-    it every API is open. `exit_timeout_s` is the drain budget after SIGTERM (see shutdown.py).
+    it every API is open. `exit_timeout_s` is the drain budget after SIGTERM (see shutdown.py). `stub` is the
+    locked environment the Python-backend stubs run in; by default the GPU one when a Python model of the
+    repository has KIND_GPU instances, else the CPU one.
     """
 
     def __init__(
@@ -152,6 +161,7 @@ class EmbeddedServer:
         admin: AdminAccess | None = None,
         exit_timeout_s: int = 10,
         load_models: tuple[str, ...] | None = None,
+        stub: LockedEnvironment | None = None,
     ) -> None:
         self.repository = repository.resolve()
         # None: model control "none" (everything in the repositories, fixed). A tuple: "explicit", these models
@@ -162,6 +172,7 @@ class EmbeddedServer:
         self.extra_args = extra_args
         self.admin = admin
         self.stop_timing = StopTiming(exit_timeout_s)
+        self.stub = stub or stub_environment_for([self.repository])
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -199,11 +210,18 @@ class EmbeddedServer:
             return ["--model-control-mode=none"]
         return ["--model-control-mode=explicit", *(f"--load-model={m}" for m in self.load_models)]
 
-    def environment(self, install: ServerInstall) -> dict[str, str]:
+    def prepare(self) -> tuple[ServerInstall, Environment]:
+        """Fetch the server and make the stub environment if they are not in the cache yet."""
+        return ensure_server(), ensure_environment(self.stub, cache_root())
+
+    def environment(self, install: ServerInstall, stub: Environment | None = None) -> dict[str, str]:
+        """The server's environment variables (the stub environment is made first when not given)."""
+        stub = stub or ensure_environment(self.stub, cache_root())
         env = dict(os.environ)
-        # The Python-backend stub runs the first python on PATH: make it this environment's, so model.py
-        # files import the same numpy, OpenCV and ONNX Runtime as the project.
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        # The Python-backend stub embeds the first python on PATH (its sys.prefix and site-packages): the stub
+        # environment's, so model.py files import its numpy 1.x, OpenCV and ONNX Runtime.
+        env["PATH"] = f"{stub.bin}{os.pathsep}{env.get('PATH', '')}"
+        env.pop("PYTHONHOME", None)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(install.libraries), env.get("LD_LIBRARY_PATH")]))
         # Every backend stub inherits this: OpenCV's last line of defence against a decompression bomb.
         env.setdefault(OPENCV_PIXEL_LIMIT_ENV, str(OPENCV_PIXEL_LIMIT))
@@ -219,11 +237,11 @@ class EmbeddedServer:
         """Start a new server process (in its own process group, with the stubs) and return it."""
         if not (self.repository / "").is_dir():
             raise ServerError(f"model repository not found: {self.repository} (run python -m generator build first)")
-        install = ensure_server()
+        install, stub = self.prepare()
         log = self.log_file.open("ab") if self.log_file else None
         try:
             self.process = subprocess.Popen(
-                self.command(install), env=self.environment(install), stdout=log or None,
+                self.command(install), env=self.environment(install, stub), stdout=log or None,
                 stderr=subprocess.STDOUT if log else None, start_new_session=True,
             )
         finally:

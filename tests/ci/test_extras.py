@@ -53,12 +53,20 @@ def test_images_do_not_get_the_http_client() -> None:
     for extra in ("build", "serve"):
         tritonclient = [r for r in requirements(extra) if r.startswith("tritonclient")]
         assert all("http" not in r and "all" not in r for r in tritonclient), (extra, tritonclient)
-    assert "tritonclient[grpc,http]==2.51.0" in requirements("loadtest")
+    assert "tritonclient[grpc,http]==2.73.0" in requirements("loadtest")
 
 
 def test_dev_is_everything_the_tests_need() -> None:
-    wanted = {r for extra in ("build", "serve", "client", "loadtest", "deploy") for r in requirements(extra)}
+    wanted = {r for extra in ("build", "client", "loadtest", "deploy") for r in requirements(extra)}
     assert wanted <= set(requirements("dev"))
+
+
+def test_numpy_2_for_the_user_and_numpy_1_only_for_the_ngc_image() -> None:
+    """The embedded server's stubs take numpy 1.x from their own lock; only the NGC image's set keeps it."""
+    numpy = {extra: [r for r in requirements(extra) if names([r]) == {"numpy"}] for extra in ("build", "client", "dev")}
+    assert all("numpy>=2" in reqs for reqs in numpy.values()), numpy
+    assert "numpy>=1.24,<2" in requirements("serve")
+    assert not [r for r in PROJECT["dependencies"] if "<2" in r]
 
 
 def resolve_for_python_312(reqs: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path]:

@@ -21,7 +21,9 @@ def test_sampled_span_sends_its_own_traceparent() -> None:
     parent.end()
     (span, _) = exporter.get_finished_spans()
     context = span.get_span_context()
-    assert headers["traceparent"] == f"00-{context.trace_id:032x}-{context.span_id:016x}-01"
+    # The flags are the span's: sampled, and since OpenTelemetry 1.4x also W3C level 2's "random trace id" (03).
+    assert headers["traceparent"] == f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    assert context.trace_flags.sampled
     assert span.name == "infer yolo" and span.kind == trace.SpanKind.CLIENT
     assert span.parent is not None and span.parent.span_id == parent.get_span_context().span_id
     assert span.attributes is not None and span.attributes["triton.images"] == 2

@@ -58,13 +58,13 @@ def test_the_images_extras_exist_and_the_builder_installs_no_http_client_or_locu
 
 def test_extras_rule_catches_a_client_in_the_builder_image() -> None:
     pyproject = {"project": {
-        "dependencies": ["numpy<2", "tritonclient[all]==2.51.0"],
+        "dependencies": ["numpy>=1.24", "tritonclient[all]==2.73.0"],
         "optional-dependencies": {"serve": ["opencv-python-headless"], "build": ["locust<2.19"]},
     }}
     problems = extras_violations(pyproject)
     assert any("[loadtest] extra" in p for p in problems)
     assert any("tritonclient[all]" in p for p in problems) and any("locust" in p for p in problems)
-    grpc_only = {"project": {"dependencies": ["tritonclient[grpc]==2.51.0"],
+    grpc_only = {"project": {"dependencies": ["tritonclient[grpc]==2.73.0"],
                              "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": []}}}
     assert extras_violations(grpc_only) == []
 

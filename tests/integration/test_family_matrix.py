@@ -19,6 +19,7 @@ the README's family matrix; the last test fails when the README says something e
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -100,6 +101,11 @@ def _compare(server: EmbeddedServer, name: str, repository: Path, source: Path, 
     return most
 
 
+# Model Optimizer is an opt-in extra (.ci/run installs it where pip finds a CPU torch, or with TDE_MODELOPT=1):
+# without it its cells are left out of the run and of the README comparison, never reported as built.
+MODELOPT_MISSING = importlib.util.find_spec("modelopt") is None and os.environ.get("TDE_MODELOPT") != "1"
+
+
 @pytest.mark.parametrize("family", fixtures.FAMILIES)
 def test_family_builds_everywhere_and_serves_what_onnxruntime_computes(family: str, workspace) -> None:
     sources: dict[str, Path] = {}
@@ -109,7 +115,8 @@ def test_family_builds_everywhere_and_serves_what_onnxruntime_computes(family: s
         sources[mode] = fixtures.write(key, Path(workspace["root"]) / "onnx")
         for precision in matrix.PRECISIONS:
             for target in matrix.TARGETS:
-                if not matrix.tested(family, mode, precision, target):
+                if not matrix.tested(family, mode, precision, target) or (
+                        MODELOPT_MISSING and precision == "int8-modelopt"):
                     CELLS[family, mode, precision, target] = matrix.Cell(tested=False)
                     continue
                 cell, repository = _build_cell(sources[mode], key, family, mode, precision, target, workspace)
@@ -161,6 +168,13 @@ def test_readme_family_matrix_is_what_the_matrix_measured(tmp_path: Path) -> Non
         pytest.skip("runs after the whole matrix (every family) in the same session")
     table = matrix.render_table(CELLS, _head_refusals(tmp_path))
     text = matrix.README.read_text()
+    if MODELOPT_MISSING:
+        def without_modelopt(rendered: str) -> str:
+            return "\n".join(row for row in rendered.splitlines() if "| int8-modelopt |" not in row)
+
+        assert without_modelopt(matrix.readme_table(text)) == without_modelopt(table), (
+            f"README.md's family matrix differs from what the test measured (Model Optimizer rows not run):\n{table}")
+        return
     if os.environ.get("TDE_WRITE_FAMILY_MATRIX") == "1":
         matrix.README.write_text(matrix.replace_readme_table(text, table))
         text = matrix.README.read_text()

@@ -135,7 +135,8 @@ def cpu_reference(repository: Path, name: str, named: dict[str, bytes]) -> tuple
 
 def save_reference(folder: Path, rows: dict[str, Any], heads: dict[str, np.ndarray]) -> None:
     (folder / REFERENCE).write_text(json.dumps(rows))
-    np.savez_compressed(folder / HEADS, **heads)
+    arrays: dict[str, Any] = dict(heads)  # numpy 2.4's stub would read the keyword arguments as allow_pickle
+    np.savez_compressed(folder / HEADS, **arrays)
 
 
 def load_reference(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

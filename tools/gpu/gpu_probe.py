@@ -252,6 +252,14 @@ def compare(pre: Any, encoded: Sequence[bytes], names: Sequence[str], reduced: b
             "images": rows}
 
 
+def decode_bgr(data: bytes) -> np.ndarray:
+    """cv2.imdecode of an image the probe made itself (OpenCV 5 types it as possibly None)."""
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if image is None:
+        raise ValueError("OpenCV could not decode a probe image")
+    return image
+
+
 def cmyk_jpeg() -> bytes | None:
     try:
         from PIL import Image
@@ -259,7 +267,7 @@ def cmyk_jpeg() -> bytes | None:
         return None
     import io
 
-    rgb = cv2.cvtColor(cv2.imdecode(np.frombuffer(zoo()["png"], np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    rgb = cv2.cvtColor(decode_bgr(zoo()["png"]), cv2.COLOR_BGR2RGB)
     buffer = io.BytesIO()
     Image.fromarray(rgb).convert("CMYK").save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
@@ -287,7 +295,7 @@ def pixel_agreement(jpegs: dict[tuple[int, int], list[bytes]]) -> dict[str, Any]
         names.append("jpeg-cmyk")
         encoded.append(cmyk)
     names.append("jpeg-q50-odd-size")
-    encoded.append(encode(cv2.imdecode(np.frombuffer(jpegs[SIZES[1]][7], np.uint8), cv2.IMREAD_COLOR)[:1077, :1917],
+    encoded.append(encode(decode_bgr(jpegs[SIZES[1]][7])[:1077, :1917],
                           ".jpg", [cv2.IMWRITE_JPEG_QUALITY, 50]))
     for name, data in bad_images().items():
         names.append(name)
@@ -339,7 +347,7 @@ def decoder_vs_opencv(jpegs: dict[tuple[int, int], list[bytes]]) -> dict[str, An
                     rows[name] = "not decoded"
                     continue
                 host = np.asarray(image.handle.cpu())
-                rows[name] = diff_stats(host, cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
+                rows[name] = diff_stats(host, decode_bgr(data))
             results[f"{backend} fancy={fancy}"] = rows
     return results
 

@@ -7,9 +7,9 @@ branch r24.10 = Triton 2.51; ``core:src/model_config_utils.cc ValidateIOShape`` 
 triton-inference-server/core, that file, that function). Rules marked "ours" are stricter than Triton where
 Triton would load the model and then fail requests or ignore a setting without saying so.
 
-Strict parsing comes first: every config is parsed with the ``model_config.proto`` of tritonclient 2.51
-(the server's release), so a field Triton 2.51 does not know fails here as it would in
-``core:src/filesystem/api.cc ReadTextProto``.
+Strict parsing comes first: every config is parsed with the ``model_config.proto`` of Triton 2.51 (the
+embedded server's release, generator/server/schema.py), so a field Triton 2.51 does not know fails here as it
+would in ``core:src/filesystem/api.cc ReadTextProto``; the rules below then read it with tritonclient's classes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.stages.config.model_io import ModelIO, ModelTensor
 from generator.errors import ConfigError
+from generator.server.schema import model_config_class
 from generator.serving.cuda_provider import DEVICE_PARAMETER
 
 Kind = mc.ModelInstanceGroup.Kind
@@ -70,6 +71,7 @@ class Violation:
 def parse(name: str, text: str) -> mc.ModelConfig:
     """Parse ``text`` as Triton 2.51 does (``ReadTextProto``): unknown fields and bad enums raise ConfigError."""
     try:
+        text_format.Parse(text, model_config_class()())  # Triton 2.51's schema: its unknown fields fail here
         return text_format.Parse(text, mc.ModelConfig())
     except text_format.ParseError as exc:
         raise ConfigError(f"rendered config of '{name}' is not a valid Triton ModelConfig: {exc}") from exc
