@@ -22,11 +22,16 @@ REQUIREMENTS = ("cupy-cuda13x>=13.6,<14", "nvidia-nvimgcodec-cu13[nvjpeg]>=0.9,<
 # (module, lowest version, first version not accepted): what the serving process imports.
 Modules = tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
 MODULES: Modules = (("cupy", (13, 6), (14, 0)), ("nvidia.nvimgcodec", (0, 9), (0, 10)), ("numpy", (1, 22), (2, 0)))
-INSTALL = "pip install '.[gpu]' (or the packages in the manifest's preprocess.requirements)"
+# The embedded server's Python models run in its locked stub environment (generator/server/locks/stub-gpu.txt has
+# these packages); NGC's image runs them in the image's own Python, where the extra is installed.
+EMBEDDED_HINT = "the embedded server: python -m generator serve --prepare --stub-env gpu makes its stub environment"
+INSTALL = (f"{EMBEDDED_HINT}; NGC's Triton image: pip install '.[gpu]' "
+           "(or the packages in the manifest's preprocess.requirements)")
 DETECTOR_REQUIREMENTS = ("onnxruntime-gpu>=1.31.1,<1.32",)
 DETECTOR_MODULES: Modules = (("onnxruntime", (1, 31), (1, 32)), ("numpy", (1, 22), (2, 0)))
-DETECTOR_INSTALL = ("pip uninstall -y onnxruntime && pip install '.[gpu-detector]' (onnxruntime-gpu replaces the "
-                    "CPU package; the CUDA 13 and cuDNN 9 libraries must be on the library path)")
+DETECTOR_INSTALL = (f"{EMBEDDED_HINT}; elsewhere: pip uninstall -y onnxruntime && pip install '.[gpu-detector]' "
+                    "(onnxruntime-gpu replaces the CPU package; the CUDA 13 and cuDNN 9 libraries must be on the "
+                    "library path)")
 CUDA_PROVIDER = "CUDAExecutionProvider"
 # A one-node ONNX model (Identity, float [1], opset 13): what the check opens a CUDA session on.
 PROBE_MODEL = (b'\x08\x08:;\n\x10\n\x01x\x12\x01y"\x08Identity\x12\x05probeZ\x0f\n\x01x\x12\n\n\x08\x08\x01'
