@@ -74,6 +74,20 @@ def wait_for(read: Callable[[], Values], targets: Values, timeout_s: float = 15.
         time.sleep(0.2)
 
 
+def settled(read: Callable[[], Values], quiet_s: float = 2.5, timeout_s: float = 30.0) -> Values:
+    """The series once they stop moving: the steps publish up to a second late (later on a busy machine), so
+    images of an earlier test can still arrive after a first read."""
+    deadline = time.monotonic() + timeout_s
+    values = read()
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        again = read()
+        if again == values:
+            return values
+        values = again
+    raise AssertionError(f"the step's series kept changing for {timeout_s:g} s with no traffic from this test")
+
+
 def expected_histogram(name: str, values: list[float], bounds: tuple[float, ...]) -> Values:
     data = np.asarray(values, dtype=np.float64)
     expected: Values = {(f"{name}_bucket", (("le", bucket_label(b)),)): float((data <= b).sum())
@@ -84,7 +98,7 @@ def expected_histogram(name: str, values: list[float], bounds: tuple[float, ...]
 
 def test_nms_step_counts_images_empty_outputs_detections_and_scores(triton_server) -> None:
     nms = f"{triton_server.model_name}_nms"
-    before = quality_values(triton_server.metrics_url, nms)
+    before = settled(lambda: quality_values(triton_server.metrics_url, nms))
     assert (IMAGES_METRIC, ()) in before, "the NMS step exports its series from the start"
     blank = encode(np.full((480, 640, 3), 114, dtype=np.uint8))
     images = [scene_bytes(40 + i, 640, 480) for i in range(5)] + [blank, blank]
@@ -113,7 +127,7 @@ def test_nms_step_counts_images_empty_outputs_detections_and_scores(triton_serve
 
 def test_preprocess_step_counts_every_image_and_each_rejection_by_reason(triton_server) -> None:
     pre = f"{triton_server.model_name}_preprocess"
-    before = quality_values(triton_server.metrics_url, pre)
+    before = settled(lambda: quality_values(triton_server.metrics_url, pre))
     assert {dict(extra)["reason"] for name, extra in before if name == REJECTED_METRIC} == set(REJECTION_REASONS)
     for case in REASON_OF:
         with pytest.raises(InferenceServerException, match="invalid image"):

@@ -200,8 +200,8 @@ class BuildOptions:
     # rejected at once with UNAVAILABLE. None: derived from the measured service time (an explicit value is an SLA).
     max_queue_ms: float | None = option(
         None, "--max-queue-ms", "longest a request may wait in a step's queue (your SLA); each step queues what "
-        "the pipeline serves in that time and rejects the rest at once (UNAVAILABLE); default: two full batches "
-        "under load from the measured service time, at least 250", low=1.0, high=600_000.0)
+        "the pipeline serves in that time and rejects the rest at once (UNAVAILABLE); default: the batch "
+        "running plus two queued, under load, from the measured service time, at least 250", low=1.0, high=600_000.0)
     service_ms: float | None = option(
         None, "--service-ms", "time one batch of --max-batch images takes through the three steps on the "
         "serving machine (default: measured on this machine during the build; give it for GPU targets)",

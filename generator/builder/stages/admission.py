@@ -7,7 +7,8 @@ sheds load itself:
   ("Exceeds maximum queue size"). This is the fast path, so the queue is sized to hold only what the
   pipeline serves within the budget: ``--max-queue-ms / service time of one batch x --max-batch``, halved
   because steps measured one after another run about half as fast when they share the cores under
-  overload (measured on the project's 2-core machine: 122 images/s estimated, 45-95 served).
+  overload (measured on the project's 2-core machine: 122 images/s estimated, 45-95 served), less the batch
+  the step is already running, which a request admitted last waits for too.
 - ``default_timeout_microseconds`` with ``timeout_action: REJECT``: no step holds a request longer than
   the budget, whatever the estimate said. Triton notices an expired request only when it next forms a
   batch for that step, so this backstop answers later than a full queue does.
@@ -21,7 +22,8 @@ sheds load itself:
 N times as fast, and the timeout, not the queue size, bounds its wait.
 
 The budget itself is the user's SLA when ``--max-queue-ms`` is given. Without it the build derives one from
-the measured service time: two full batches under load, never less than ``MIN_BUDGET_MS``. A fixed default
+the measured service time: the batch running plus the two full batches its queue then holds, under load, never
+less than ``MIN_BUDGET_MS``. A fixed default
 (250 ms until issue 17) is shorter than one batch of a 640 model on a small CPU, so the default build shed
 a burst of ``--max-batch`` requests that the machine answered within a second.
 """
@@ -36,8 +38,10 @@ from generator.serving.contract import PRIORITY_LEVELS, PROBE_PRIORITY, USER_PRI
 
 # Steps measured one after another vs the same steps sharing the machine's cores under overload.
 CONTENTION_FACTOR = 2.0
-# A derived budget: this many full batches under load, and never below the floor (the old fixed default).
-DERIVED_BATCHES = 2
+# A derived budget: the batch running and two queued behind it, under load, and never below the floor (the old
+# fixed default). With two (and a queue sized without the running batch) a default build timed out requests of
+# six concurrent clients on an idle 2-core machine: an admitted request waited for more than the budget held.
+DERIVED_BATCHES = 3
 MIN_BUDGET_MS = 250.0
 BudgetSource = Literal["explicit", "derived"]
 
@@ -55,7 +59,7 @@ class LatencyBudget:
 
 
 def derived_budget_ms(batch_ms: float | None) -> float:
-    """Two full batches under load, rounded up to a whole millisecond, at least ``MIN_BUDGET_MS``."""
+    """``DERIVED_BATCHES`` full batches under load, rounded up to a whole millisecond, at least ``MIN_BUDGET_MS``."""
     if batch_ms is None:
         return MIN_BUDGET_MS
     return max(MIN_BUDGET_MS, float(math.ceil(DERIVED_BATCHES * CONTENTION_FACTOR * batch_ms)))
@@ -94,13 +98,14 @@ class QueuePolicy:
 
 
 def queue_size(max_queue_ms: float, max_batch: int, batch_ms: float | None) -> int:
-    """Requests a step may queue: what the pipeline serves in ``max_queue_ms``, at least one full batch.
+    """Requests a step may queue: what the pipeline serves in ``max_queue_ms`` less the batch running, at least one
+    full batch.
 
     Without a service time (a config rendered on its own, e.g. for a golden file) two batches are assumed.
     """
     if batch_ms is None:
         return 2 * max_batch
-    served = max_queue_ms / batch_ms * max_batch / CONTENTION_FACTOR
+    served = max_queue_ms / batch_ms * max_batch / CONTENTION_FACTOR - max_batch
     return max(max_batch, math.floor(served))
 
 

@@ -350,11 +350,11 @@ def test_the_default_budget_is_derived_from_a_slow_service_time_without_a_warnin
         built = build_repository(onnx_path, tmp_path / "repo", BuildOptions(service_ms=497.0))
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
     admission = built.manifest["admission"]
-    assert (admission["budget"], admission["max_queue_ms"]) == ("derived", 1988.0)
+    assert (admission["budget"], admission["max_queue_ms"]) == ("derived", 2982.0)
     assert "497.0 ms service time" in admission["basis"]
     for step in ("yolo_preprocess", "yolo_detector", "yolo_nms"):
         policy = _queue_policy(built.output, step)
-        assert (policy.default_timeout_microseconds, policy.max_queue_size) == (1_988_000, 16)  # two batches
+        assert (policy.default_timeout_microseconds, policy.max_queue_size) == (2_982_000, 16)  # two batches queued behind the one running
     # One image's decode budget stays the floor: a hostile image costs the same whatever the detector costs.
     decode = read_config(built.output / "yolo_preprocess" / "config.pbtxt").parameters["max_decode_ms"]
     assert decode.string_value == "250.0"

@@ -15,9 +15,9 @@ from generator.builder.stages.admission import (
 
 
 @pytest.mark.parametrize(("budget_ms", "batch", "batch_ms", "expected"), [
-    (250, 8, 50, 20),  # 250 ms serve 5 batches of 8 = 40 images, halved for contention
-    (250, 8, 65, 15),  # floor, never more than the pipeline serves in the budget
-    (1000, 1, 10, 50),
+    (250, 8, 50, 12),  # 250 ms serve 5 batches of 8 = 40 images, halved for contention, less the batch running
+    (400, 8, 65, 16),  # floor, never more than the pipeline serves in the budget
+    (1000, 1, 10, 49),
     (100, 8, 400, 8),  # slower than the budget: still one full batch, or nothing could be batched
     (250, 8, None, 16),  # nothing measured: two batches
 ])
@@ -30,7 +30,7 @@ def test_queue_drains_within_the_budget_at_the_contended_rate() -> None:
     for budget_ms in (50.0, 250.0, 1000.0):
         for batch_ms in (5.0, 33.0, 120.0):
             size = queue_size(budget_ms, 8, batch_ms)
-            drain_ms = size / 8 * batch_ms * CONTENTION_FACTOR
+            drain_ms = (size / 8 + 1) * batch_ms * CONTENTION_FACTOR  # the queue and the batch running
             assert drain_ms <= budget_ms or size == 8
 
 
@@ -39,7 +39,7 @@ def test_policy_rejects_after_the_budget_and_keeps_two_priority_levels() -> None
     assert policy.timeout_us == 250_000
     assert (policy.priority_levels, policy.default_priority_level) == (2, 2)
     assert policy.probe_priority_level == 1
-    assert policy.to_json() == {"default_timeout_microseconds": 250_000, "max_queue_size": 20,
+    assert policy.to_json() == {"default_timeout_microseconds": 250_000, "max_queue_size": 12,
                                 "priority_levels": 2, "default_priority_level": 2, "probe_priority_level": 1}
     assert queue_policy(0.4, 8, None).timeout_us == 400  # sub-millisecond budgets round to microseconds
 
@@ -53,12 +53,12 @@ def test_a_budget_shorter_than_one_batch_is_reported() -> None:
 
 
 @pytest.mark.parametrize(("batch_ms", "expected"), [
-    (497.0, 1988.0),  # yolov8n at 640 on 2 cores: two batches of 8 under load
-    (60.0, MIN_BUDGET_MS),  # a fast pipeline keeps the floor
-    (62.6, 251.0),  # rounded up to a whole millisecond
+    (497.0, 2982.0),  # yolov8n at 640 on 2 cores: the batch running and two queued, batches of 8, under load
+    (40.0, MIN_BUDGET_MS),  # a fast pipeline keeps the floor
+    (41.7, 251.0),  # rounded up to a whole millisecond
     (None, MIN_BUDGET_MS),  # nothing measured or given
 ])
-def test_the_default_budget_is_two_full_batches_under_load(batch_ms: float | None, expected: float) -> None:
+def test_the_default_budget_is_the_running_batch_and_two_queued_under_load(batch_ms: float | None, expected: float) -> None:
     budget = latency_budget(None, batch_ms)
     assert (budget.ms, budget.source) == (expected, "derived")
 

@@ -192,8 +192,9 @@ def test_config_values_follow_the_options() -> None:
     assert nms.parameters["layout"].string_value == "v8"
     assert nms.instance_group[0].count == 3
     assert pre.dynamic_batching.max_queue_delay_microseconds == 1234
-    # 300 ms / 50 ms per batch of 16 = 96 images served, halved for the steps sharing the cores.
-    assert pre.dynamic_batching.default_queue_policy.max_queue_size == 48
+    # 300 ms / 50 ms per batch of 16 = 96 images served, halved for the steps sharing the cores, less the batch
+    # running.
+    assert pre.dynamic_batching.default_queue_policy.max_queue_size == 32
     assert pre.dynamic_batching.default_queue_policy.default_timeout_microseconds == 300_000
     assert pre.dynamic_batching.default_queue_policy.timeout_action == mc.ModelQueuePolicy.REJECT
     assert pre.parameters["reduced_decode"].string_value == "false"
@@ -211,10 +212,10 @@ def test_every_step_sheds_overload_and_lets_probes_overtake(target: str) -> None
         policy = batching.default_queue_policy
         assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
         assert policy.default_timeout_microseconds == 200_000
-        assert policy.max_queue_size == 20  # 200 / 40 x 8 / 2
+        assert policy.max_queue_size == 12  # 200 / 40 x 8 / 2 - 8
         assert not policy.allow_timeout_override
         probes = batching.priority_queue_policy[1]  # same queue size, never timed out
-        assert (probes.max_queue_size, probes.default_timeout_microseconds) == (20, 0)
+        assert (probes.max_queue_size, probes.default_timeout_microseconds) == (12, 0)
         assert set(batching.priority_queue_policy) == {1}
     # The ensemble has no scheduler of its own: with dynamic_batching it would reset every priority to 0.
     assert not models["yolo"].HasField("dynamic_batching")
