@@ -38,8 +38,8 @@ def options_from_args(args: argparse.Namespace) -> BuildOptions:
 
 def _versioned(args: argparse.Namespace, options: BuildOptions, onnx_path: Path) -> int | None:
     """Build a version when asked for one or when --output holds versions; None: an unversioned build."""
-    from generator.builder.stages.versions import parse_version, read_index
-    from generator.builder.versions import add_version
+    from generator.builder.versioned import add_version
+    from generator.repository.versions import parse_version, read_index
 
     if args.version is None and args.keep_versions is None and read_index(args.output) is None:
         return None
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
                 "dynamic" if info.static_batch is None else f"static {info.static_batch}",
                 options.target, options.precision)
     logger.info("Models: %s (ensemble '%s')", ", ".join(result.models), options.name)
-    detector = result.manifest.get("detector")
-    if isinstance(detector, dict) and detector.get("reduce_head"):
+    detector = result.manifest.detector
+    if detector is not None and detector.reduce_head:
         logger.info("The detector graph ends with the per-anchor class max/arg-max: NMS receives "
-                    "[N, 6, anchors] (layout %s); --no-reduce-head serves the full head", detector["served_layout"])
+                    "[N, 6, anchors] (layout %s); --no-reduce-head serves the full head", detector.served_layout)
     return 0

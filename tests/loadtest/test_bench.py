@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.builder.stages.manifest import sha256_file
+from generator.repository.files import sha256_file
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from generator.builder.stages.tensorrt.compatibility import parse_version, plan_loads, short
+from generator.repository.compatibility import parse_version, plan_loads, short
 
 
 @pytest.mark.parametrize(("built", "runtime", "loads"), [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from generator.builder.rollout.window import SideModels, parse_scrape, side_window
+from generator.operate.rollout.window import SideModels, parse_scrape, side_window
 
 HEAD = """# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
 # TYPE nv_inference_request_success counter

@@ -1,14 +1,13 @@
 """The versioned build workflow: one more version beside the others, the alias, the index, the prune rule.
 
 ``python -m generator build --version N`` (or into a repository that already holds versions) lands here; the
-layout is described in generator/builder/stages/versions.py. Everything is written in one rename, so a failed
+layout is described in generator/repository/versions.py. Everything is written in one rename, so a failed
 build (a gate, a load rule, a full disk) leaves the repository as it was.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +15,18 @@ from typing import TYPE_CHECKING
 
 from generator.builder.pipeline import build_files
 from generator.builder.spec.options import BuildOptions
-from generator.builder.stages.manifest import sha256_bytes
-from generator.builder.stages.repository import update_repository, write_repository
-from generator.builder.stages.versions import (
+from generator.builder.stages.config.alias import alias_files
+from generator.repository.files import sha256_bytes
+from generator.repository.manifest import MANIFEST_NAME, Manifest
+from generator.repository.versions import (
     DEFAULT_KEEP,
     INDEX_NAME,
+    LEGACY_INDEX_NAME,
     VERSION_MANIFEST,
     RepositoryIndex,
     VersionError,
     VersionRecord,
-    alias_files,
+    legacy_index,
     next_version,
     read_index,
     to_prune,
@@ -33,6 +34,7 @@ from generator.builder.stages.versions import (
     version_models,
     without,
 )
+from generator.repository.write import update_repository, write_repository
 
 if TYPE_CHECKING:
     from generator.builder.stages.precision.step import PrecisionTransform
@@ -47,11 +49,11 @@ class VersionBuild:
     version: int
     index: RepositoryIndex
     pruned: tuple[int, ...]
-    manifest: dict[str, object]
+    manifest: Manifest
 
 
 def _choose_version(output: Path, index: RepositoryIndex | None, version: int | None, force: bool) -> int:
-    if index is None and (output / INDEX_NAME).is_file() and not force:
+    if index is None and (output / MANIFEST_NAME).is_file() and not force:
         raise VersionError(f"{output} holds an unversioned build; pass --force to replace it with a versioned "
                            "repository, or choose another --output")
     existing = index.served if index else ()
@@ -63,12 +65,12 @@ def _choose_version(output: Path, index: RepositoryIndex | None, version: int | 
     return number
 
 
-def _version_manifest(manifest: dict[str, object], name: str, number: int) -> dict[str, object]:
+def _version_manifest(manifest: Manifest, name: str, number: int) -> Manifest:
     """The build's manifest, marked with its version and the rebuild command that writes this version again."""
-    words = list(manifest.get("rebuild") or [])  # type: ignore[call-overload]
+    words = list(manifest.rebuild)
     if "--name" in words[:-1]:
         words[words.index("--name") + 1] = name
-    return {**manifest, "version": number, "serves_as": name, "rebuild": [*words, "--version", str(number)]}
+    return dataclasses.replace(manifest, version=number, serves_as=name, rebuild=(*words, "--version", str(number)))
 
 
 def add_version(onnx_path: Path, output: Path, options: BuildOptions, version: int | None = None,
@@ -91,13 +93,13 @@ def add_version(onnx_path: Path, output: Path, options: BuildOptions, version: i
     manifest = _version_manifest(built.manifest, options.name, number)
     # The gate's report goes beside the version's manifest, not at the root where versions would share it.
     files = {(f"{ensemble}/{path}" if path in _REPORTS else path): data for path, data in built.files.items()}
-    files[f"{ensemble}/{VERSION_MANIFEST}"] = (json.dumps(manifest, indent=2) + "\n").encode()
+    files[f"{ensemble}/{VERSION_MANIFEST}"] = manifest.to_bytes()
     keep = keep_versions or (index.keep_versions if index else DEFAULT_KEEP)
     if index is None:
         alias = alias_files(options.name, built.files[f"{ensemble}/config.pbtxt"].decode())
         index = RepositoryIndex(options.name, stable=number, keep_versions=keep,
-                                versions={number: VersionRecord(number, "stable")},
-                                alias_files={p: sha256_bytes(d) for p, d in alias.items()})
+                                versions={number: VersionRecord(number, "stable")}).with_alias(
+            number, {p: sha256_bytes(d) for p, d in alias.items()})
         write_repository(output, {**files, **alias, INDEX_NAME: index.to_bytes()}, force=force)
         return VersionBuild(output, number, index, (), manifest)
     if index.name != options.name:
@@ -107,6 +109,8 @@ def add_version(onnx_path: Path, output: Path, options: BuildOptions, version: i
     pruned = to_prune(index, keep, protect={number})
     index = without(index, pruned)
     gone = [model for old in pruned for model in version_models(options.name, old)]
+    if legacy_index(output):  # the index moves to versions.json; the old one goes once the new one is in
+        gone.append(LEGACY_INDEX_NAME)
     update_repository(output, {**files, INDEX_NAME: index.to_bytes()}, remove=gone)
     if pruned:
         logger.info("Pruned version(s) %s (--keep-versions %d)", ", ".join(map(str, pruned)), keep)

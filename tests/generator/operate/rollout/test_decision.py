@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from generator.builder.rollout.decision import ThresholdError, Thresholds, decide, distribution_distance
-from generator.builder.rollout.window import SideWindow
+from generator.operate.rollout.decision import ThresholdError, Thresholds, decide, distribution_distance
+from generator.operate.rollout.window import SideWindow
 
 LE = ("0", "1", "2", "5", "10", "+Inf")
 

@@ -1,21 +1,24 @@
 """The repository side of a rollout: promote a version (the alias moves to it) or mark it rolled back, with the
-decision record beside the version, written in one rename (generator.builder.stages.repository)."""
+decision record beside the version, the index replaced last (generator.repository.write.update_repository)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
-from generator.builder.stages.manifest import sha256_bytes
-from generator.builder.stages.repository import update_repository
-from generator.builder.stages.versions import (
+from generator.builder.stages.config.alias import alias_files
+from generator.repository.files import sha256_bytes
+from generator.repository.versions import (
     INDEX_NAME,
+    LEGACY_INDEX_NAME,
     RepositoryIndex,
     VersionError,
-    alias_files,
+    legacy_index,
     version_model,
 )
+from generator.repository.write import update_repository
 
 
 def record_path(index: RepositoryIndex, version: int, stamp: str) -> str:
@@ -27,27 +30,37 @@ def _record_bytes(record: dict[str, object]) -> bytes:
     return (json.dumps(record, indent=2) + "\n").encode()
 
 
-def promote(repository: Path, index: RepositoryIndex, version: int, record: dict[str, object],
-            stamp: str) -> RepositoryIndex:
-    """Point the alias at ``version``: it becomes stable, the previous stable the rollback target."""
+def _update(repository: Path, add: Mapping[str, bytes], index: RepositoryIndex) -> RepositoryIndex:
+    """Write ``add`` and then the index; an index still kept as the root manifest.json (a repository built before
+    versions.json) moves to versions.json."""
+    old = [LEGACY_INDEX_NAME] if legacy_index(repository) else []
+    update_repository(repository, {**add, INDEX_NAME: index.to_bytes()}, remove=old)
+    return index
+
+
+def _alias(repository: Path, index: RepositoryIndex, version: int) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The alias files made from ``version``'s ensemble config, and their hashes for the index."""
     config = repository / version_model(index.name, version) / "config.pbtxt"
     if not config.is_file():
         raise VersionError(f"version {version} has no ensemble config {config}; rebuild it")
     alias = alias_files(index.name, config.read_text())
+    return alias, {p: sha256_bytes(d) for p, d in alias.items()}
+
+
+def promote(repository: Path, index: RepositoryIndex, version: int, record: dict[str, object],
+            stamp: str) -> RepositoryIndex:
+    """Point the alias at ``version``: it becomes stable, the previous stable the rollback target."""
+    alias, hashes = _alias(repository, index, version)
     where = record_path(index, version, stamp)
-    promoted = dataclasses.replace(index.promoted(version, where),
-                                   alias_files={p: sha256_bytes(d) for p, d in alias.items()})
-    update_repository(repository, {**alias, where: _record_bytes(record), INDEX_NAME: promoted.to_bytes()})
-    return promoted
+    promoted = index.promoted(version, where).with_alias(version, hashes)
+    return _update(repository, {**alias, where: _record_bytes(record)}, promoted)
 
 
 def mark_rolled_back(repository: Path, index: RepositoryIndex, version: int, record: dict[str, object],
                      stamp: str) -> RepositoryIndex:
     """Record that ``version`` was rolled back; the alias and the stable version stay as they are."""
     where = record_path(index, version, stamp)
-    updated = index.with_state(version, "rolled_back", where)
-    update_repository(repository, {where: _record_bytes(record), INDEX_NAME: updated.to_bytes()})
-    return updated
+    return _update(repository, {where: _record_bytes(record)}, index.with_state(version, "rolled_back", where))
 
 
 def revert(repository: Path, index: RepositoryIndex, record: dict[str, object], stamp: str) -> RepositoryIndex:
@@ -57,11 +70,8 @@ def revert(repository: Path, index: RepositoryIndex, record: dict[str, object], 
     if previous is None or previous not in index.versions:
         raise VersionError(f"nothing to roll back to: version {current} is stable and no earlier stable "
                            "version is kept")
-    config = repository / version_model(index.name, previous) / "config.pbtxt"
-    alias = alias_files(index.name, config.read_text())
+    alias, hashes = _alias(repository, index, previous)
     where = record_path(index, current, stamp)
     back = index.with_state(current, "rolled_back", where).with_state(previous, "stable")
-    back = dataclasses.replace(back, stable=previous, previous_stable=None,
-                               alias_files={p: sha256_bytes(d) for p, d in alias.items()})
-    update_repository(repository, {**alias, where: _record_bytes(record), INDEX_NAME: back.to_bytes()})
-    return back
+    back = dataclasses.replace(back, stable=previous, previous_stable=None).with_alias(previous, hashes)
+    return _update(repository, {**alias, where: _record_bytes(record)}, back)

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from generator.builder.pipeline import build_repository
-from generator.builder.selftest import (
+from generator.builder.spec.options import BuildOptions
+from generator.cli import main
+from generator.demo import DEMO_ONNX
+from generator.operate.selftest import (
     ExternalServer,
     find_tritonserver,
     prerequisites,
     serve_and_compare,
 )
-from generator.builder.spec.options import BuildOptions
-from generator.builder.stages.tensorrt.availability import query_gpus, tensorrt_problem
-from generator.cli import main
-from generator.demo import DEMO_ONNX
+from generator.repository.host import query_gpus, tensorrt_problem
 from generator.server.embedded import EmbeddedServer, ensure_server
 
 GPU_HOST = tensorrt_problem() is None and query_gpus()[3] is None

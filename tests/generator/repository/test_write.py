@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.builder.stages.repository import write_repository
 from generator.errors import RepositoryWriteError
+from generator.repository.write import write_repository
 
 FIRST = {"manifest.json": b'{"v": 1}', "yolo/config.pbtxt": b"first", "yolo/1/.keep": b""}
 SECOND = {"manifest.json": b'{"v": 2}', "yolo_nms/config.pbtxt": b"second", "yolo_nms/1/model.py": b"pass\n"}

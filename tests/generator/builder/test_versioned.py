@@ -11,11 +11,11 @@ import pytest
 
 from generator.builder.spec.options import BuildOptions
 from generator.builder.stages.config.render import parse_config
-from generator.builder.stages.repository import write_repository
-from generator.builder.stages.versions import VersionError, read_index
-from generator.builder.versions import add_version
+from generator.builder.versioned import add_version
 from generator.demo import DEMO_ONNX
 from generator.errors import ModelInspectionError, RepositoryWriteError
+from generator.repository.versions import VersionError, read_index
+from generator.repository.write import write_repository
 
 ROOT = Path(__file__).resolve().parents[3]
 

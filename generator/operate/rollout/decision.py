@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from generator.builder.rollout.window import SideWindow
 from generator.errors import GeneratorError
+from generator.operate.rollout.window import SideWindow
 
 
 class ThresholdError(GeneratorError):

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from generator.server.embedded import EmbeddedServer, ServerInstall
+from generator.server.ports import free_ports
 
 logger = logging.getLogger(__name__)
 NGC_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
@@ -53,8 +53,8 @@ def find_tritonserver(explicit: Path | None = None) -> Path | None:
 
 def prerequisites(tritonserver: Path | None) -> list[str]:
     """Everything this machine lacks for the selftest, each with what to do about it."""
-    from generator.builder.stages.tensorrt.availability import query_gpus, tensorrt_problem, tensorrt_version
-    from generator.builder.stages.tensorrt.library import find_tensorrt_library
+    from generator.repository.host import query_gpus, tensorrt_problem, tensorrt_version
+    from generator.repository.libnvinfer import find_tensorrt_library
 
     problems = []
     trt_problem = tensorrt_problem()
@@ -79,18 +79,13 @@ def prerequisites(tritonserver: Path | None) -> list[str]:
     return problems
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class ExternalServer(EmbeddedServer):
     """A ``tritonserver`` binary already on this machine (the NGC image's), on loopback and free ports."""
 
     def __init__(self, binary: Path, repository: Path, log_file: Path, extra_args: tuple[str, ...] = (),
                  environment: dict[str, str] | None = None) -> None:
-        super().__init__(repository, _free_port(), _free_port(), _free_port(), log_file, extra_args)
+        http, grpc, metrics = free_ports(3)
+        super().__init__(repository, http, grpc, metrics, log_file, extra_args)
         self.binary = binary
         self.extra_environment = environment or {}
 
@@ -107,10 +102,10 @@ class ExternalServer(EmbeddedServer):
 def serve_and_compare(server: ExternalServer, reference_onnx: Path, model: str, precision: str,
                       images: int = 64, ready_timeout_s: float = 600.0) -> Verdict:
     """Start ``server``, run the demo's control scenes through ensemble ``model``, score against FP32."""
-    from generator.builder.stages.gate import served_vs_reference
-    from generator.builder.stages.manifest import read_manifest
     from generator.evaluation.gate import DEFAULT_MAX_DROP, synthetic_control_set
     from generator.model.onnx_inspect import inspect_onnx
+    from generator.operate.served_check import served_vs_reference
+    from generator.repository.manifest import read_manifest
 
     manifest = read_manifest(server.repository)
     thresholds = manifest.thresholds
@@ -132,13 +127,13 @@ def run_selftest(workdir: Path, tritonserver: Path, images: int = 64) -> Verdict
     """Build the demo as an FP16 plan into ``workdir``, serve it with ``tritonserver``, compare with FP32."""
     from generator.builder.pipeline import build_repository
     from generator.builder.spec.options import BuildOptions
-    from generator.builder.stages.manifest import Manifest, server_flags
     from generator.demo import DEMO_ONNX
+    from generator.repository.manifest import server_flags
 
     repository = workdir / "model_repository"
     logger.info("Building the demo detector as an FP16 TensorRT plan on this GPU into %s ...", repository)
     result = build_repository(DEMO_ONNX, repository, BuildOptions(target="tensorrt", precision="fp16"), force=True)
-    flags = tuple(server_flags(Manifest.from_json(result.manifest)))
+    flags = tuple(server_flags(result.manifest))
     log = workdir / "tritonserver.log"
     logger.info("Serving it with %s (log: %s) ...", tritonserver, log)
     server = ExternalServer(tritonserver, repository, log, flags)

@@ -6,8 +6,10 @@ of that config: two versions of one ensemble cannot pin two versions of a compos
 ensemble NAME is its own set of models, ``NAME_vN`` and ``NAME_vN_<step>``, each with the version folder ``N`` and
 ``version_policy { specific { versions: [N] } }``: every version keeps its own configs (queue policy, thresholds,
 I/O) and the metrics carry ``version="N"``. ``NAME`` itself is the alias: a copy of the stable version's ensemble
-config under the plain name, which is what clients call. The index (``manifest.json`` at the root) says which
-versions exist and which one is stable; every version has its own manifest, ``NAME_vN/manifest.json``.
+config under the plain name, which is what clients call. The index (``versions.json`` at the root) says which
+versions exist, which one is stable and which version the alias was made from; every version has its own manifest,
+``NAME_vN/manifest.json``. Repositories written before the index had its own name keep it in the root
+``manifest.json``: it is read from there, and the first update writes ``versions.json`` in its place.
 """
 
 from __future__ import annotations
@@ -20,12 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from generator.errors import GeneratorError
+from generator.repository.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ManifestError,
+    read_manifest,
+    read_manifest_file,
+)
 from generator.serving.contract import STEPS, step_model_name
 
-INDEX_NAME = "manifest.json"
+INDEX_NAME = "versions.json"
+LEGACY_INDEX_NAME = "manifest.json"  # where repositories built before the index had its own name keep it
 ROUTE_NAME = "routing.json"  # the split the rollout publishes for clients (clients/canary.py)
 LAYOUT = "versioned"
-VERSION_MANIFEST = "manifest.json"  # inside the version's ensemble folder
+VERSION_MANIFEST = MANIFEST_NAME  # inside the version's ensemble folder
 ALIAS_VERSION = 1  # the alias ensemble's own (only) version folder
 DEFAULT_KEEP = 3
 _VERSIONED_MODEL = re.compile(r"^(?P<name>.+)_v(?P<version>[1-9][0-9]*)$")
@@ -72,7 +82,11 @@ class VersionRecord:
 
 @dataclass(frozen=True)
 class RepositoryIndex:
-    """The root ``manifest.json`` of a versioned repository."""
+    """The root ``versions.json`` of a versioned repository.
+
+    ``alias_files`` are the sha256 of the alias files as written, ``alias_version`` the version whose ensemble
+    config they were made from (None in an index written before it was recorded).
+    """
 
     name: str
     stable: int
@@ -80,6 +94,7 @@ class RepositoryIndex:
     previous_stable: int | None = None
     versions: Mapping[int, VersionRecord] = field(default_factory=dict)
     alias_files: Mapping[str, str] = field(default_factory=dict)  # alias path -> sha256
+    alias_version: int | None = None
 
     def __post_init__(self) -> None:
         if self.keep_versions < 1:
@@ -97,6 +112,7 @@ class RepositoryIndex:
             "keep_versions": self.keep_versions,
             "versions": {str(v): r.to_json() for v, r in sorted(self.versions.items())},
             "alias_files": dict(sorted(self.alias_files.items())),
+            "alias_version": self.alias_version,
         }
 
     def to_bytes(self) -> bytes:
@@ -107,10 +123,11 @@ class RepositoryIndex:
         try:
             versions = {int(v): VersionRecord(int(v), str(r["state"]), r.get("decision"))
                         for v, r in data["versions"].items()}
-            previous = data.get("previous_stable")
+            previous, alias = data.get("previous_stable"), data.get("alias_version")
             return cls(name=str(data["name"]), stable=int(data["stable"]), keep_versions=int(data["keep_versions"]),
                        previous_stable=None if previous is None else int(previous), versions=versions,
-                       alias_files={str(k): str(v) for k, v in data.get("alias_files", {}).items()})
+                       alias_files={str(k): str(v) for k, v in data.get("alias_files", {}).items()},
+                       alias_version=None if alias is None else int(alias))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise VersionError(f"the repository index is malformed ({type(exc).__name__}: {exc})") from exc
 
@@ -133,6 +150,10 @@ class RepositoryIndex:
     def promoted(self, version: int, decision: str | None) -> RepositoryIndex:
         index = self.with_state(self.stable, "retired").with_state(version, "stable", decision)
         return replace(index, stable=version, previous_stable=self.stable)
+
+    def with_alias(self, version: int, files: Mapping[str, str]) -> RepositoryIndex:
+        """The alias now made from ``version``'s ensemble config, with these file hashes."""
+        return replace(self, alias_version=version, alias_files=dict(files))
 
 
 def is_index(data: Mapping[str, Any]) -> bool:
@@ -168,33 +189,51 @@ def parse_version(text: str) -> int | None:
     return int(text)
 
 
-def alias_files(name: str, ensemble_config: str) -> dict[str, bytes]:
-    """The alias ensemble ``name``: the stable version's ensemble config under the plain name, version folder 1.
-
-    Parsed and written by Triton's own proto, so the alias is the same model the version was checked as.
-    """
-    from google.protobuf import text_format
-
-    from generator.builder.stages.config.render import parse_config
-
-    config = parse_config("alias", ensemble_config)
-    pinned = {step.model_version for step in config.ensemble_scheduling.step}
-    config.name = name
-    config.ClearField("version_policy")
-    header = (f"# {name}: the stable version's ensemble under the plain name (generator rollout moves it; "
-              f"steps pinned to version {', '.join(map(str, sorted(pinned)))}).\n")
-    text = header + text_format.MessageToString(config)
-    parse_config(name, text)
-    return {f"{name}/config.pbtxt": text.encode(), f"{name}/{ALIAS_VERSION}/.keep": b""}
-
-
 def read_index(repository: Path) -> RepositoryIndex | None:
     """The index of a versioned repository, or None for a classic (single-build) one or a missing folder."""
-    path = repository / INDEX_NAME
-    if not path.is_file():
-        return None
+    for name in (INDEX_NAME, LEGACY_INDEX_NAME):
+        path = repository / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise VersionError(f"cannot read {path}: {exc}") from exc
+        if isinstance(data, dict) and is_index(data):
+            return RepositoryIndex.from_json(data)
+    return None
+
+
+def legacy_index(repository: Path) -> bool:
+    """True when the root ``manifest.json`` is an index (a repository written before ``versions.json``)."""
+    path = repository / LEGACY_INDEX_NAME
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise VersionError(f"cannot read {path}: {exc}") from exc
-    return RepositoryIndex.from_json(data) if isinstance(data, dict) and is_index(data) else None
+        data = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and is_index(data)
+
+
+def read_version_manifest(repository: Path, name: str, version: int) -> Manifest:
+    path = repository / version_model(name, version) / VERSION_MANIFEST
+    rebuild = "rebuild it with python -m generator build --version"
+    try:
+        return read_manifest_file(path, f"version {version} has no {path.relative_to(repository)}; {rebuild}")
+    except ManifestError as exc:
+        if not path.is_file():
+            raise
+        raise ManifestError(f"version {version}: {exc}; {rebuild}") from exc
+
+
+def served_manifest(repository: Path, version: int | None = None) -> Manifest:
+    """The manifest of what ``repository`` serves: its own, or a versioned repository's stable version's (or
+    ``version``'s)."""
+    index = read_index(repository)
+    if index is None:
+        if version is not None:
+            raise VersionError(f"{repository} holds no versions; drop --version")
+        return read_manifest(repository)
+    number = index.stable if version is None else version
+    if number not in index.versions:
+        raise VersionError(f"{repository} has no version {number} (versions {', '.join(map(str, index.served))})")
+    return read_version_manifest(repository, index.name, number)

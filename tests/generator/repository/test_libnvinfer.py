@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from generator.builder.stages.tensorrt.library import (
+from generator.repository.libnvinfer import (
     candidate_paths,
     decode_version,
     find_tensorrt_library,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from generator.builder.rollout.agreement import agreement, matches
+from generator.operate.rollout.agreement import agreement, matches
 
 
 def dets(*rows: tuple[float, float, float, float, float, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

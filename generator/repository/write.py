@@ -13,8 +13,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from generator.errors import RepositoryWriteError
+from generator.repository.manifest import MANIFEST_NAME
+from generator.repository.versions import INDEX_NAME
 
-MARKER = "manifest.json"
+# What this tool writes at the root of a repository: a build's manifest, a versioned repository's index.
+MARKERS = (MANIFEST_NAME, INDEX_NAME)
 # Files a checkout may keep in an otherwise empty repository folder.
 _KEEP = (".gitignore", ".gitkeep")
 
@@ -25,7 +28,7 @@ def _is_replaceable(path: Path) -> bool:
     if not path.is_dir():
         return False
     entries = [p.name for p in path.iterdir()]
-    return (MARKER in entries) or all(name in _KEEP for name in entries)
+    return any(name in entries for name in MARKERS) or all(name in _KEEP for name in entries)
 
 
 def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
@@ -60,9 +63,9 @@ def write_repository(output: Path, files: Mapping[str, bytes], force: bool = Fal
 
 
 def update_repository(output: Path, add: Mapping[str, bytes], remove: Iterable[str] = (),
-                      commit: str = MARKER) -> None:
+                      commit: str = INDEX_NAME) -> None:
     """Change a live repository in place: new model folders renamed in whole, changed files replaced one by one
-    (each a rename: atomic), ``commit`` (the index) replaced last, then ``remove`` (top-level folders)
+    (each a rename: atomic), ``commit`` (the index) replaced last, then ``remove`` (top-level folders or files)
     deleted. A versioned repository's new version, promotion or prune.
 
     Not one rename of the whole tree, on purpose: Triton reloads every model whose folder looks modified when
@@ -98,13 +101,17 @@ def update_repository(output: Path, add: Mapping[str, bytes], remove: Iterable[s
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     for top in remove:
-        shutil.rmtree(output / top, ignore_errors=True)
+        path = output / top
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _check_target(output: Path, files: Mapping[str, bytes], force: bool) -> None:
     if not _is_replaceable(output) and not force:
         raise RepositoryWriteError(
-            f"{output} exists and was not written by this tool (no {MARKER}); "
+            f"{output} exists and was not written by this tool (no {MANIFEST_NAME}); "
             "choose another --output or pass --force to replace it"
         )
     if os.path.ismount(output):

@@ -20,12 +20,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from clients.canary import Route, write_route
-from generator.builder.rollout import state
-from generator.builder.rollout.agreement import agreement
-from generator.builder.rollout.decision import Decision, Thresholds, decide
-from generator.builder.rollout.server import ModelControl, RolloutServerError, TritonRefusedError, mirror
-from generator.builder.rollout.window import SideModels, parse_scrape, side_window
-from generator.builder.stages.versions import (
+from generator.operate.admin import ModelControl, TritonAdminError, TritonRefusedError
+from generator.operate.rollout import state
+from generator.operate.rollout.agreement import agreement
+from generator.operate.rollout.decision import Decision, Thresholds, decide
+from generator.operate.rollout.mirror import mirror
+from generator.operate.rollout.window import SideModels, parse_scrape, side_window
+from generator.repository.versions import (
     ROUTE_NAME,
     RepositoryIndex,
     VersionError,
@@ -137,13 +138,13 @@ def rollout(settings: RolloutSettings) -> dict[str, object]:
     return _with_timings(record, timings, finish, start)
 
 
-def _refused_load(settings: RolloutSettings, index: RepositoryIndex, candidate: int, exc: RolloutServerError,
+def _refused_load(settings: RolloutSettings, index: RepositoryIndex, candidate: int, exc: TritonAdminError,
                   start: float) -> dict[str, object]:
     """A candidate Triton will not load is rolled back before it sees a request."""
     model = version_model(index.name, candidate)
     try:
         settings.control.unload(model)  # whatever part of it did load
-    except RolloutServerError:
+    except TritonAdminError:
         logger.warning("unloading the refused %s failed as well", model)
     record: dict[str, object] = {"stable": index.stable, "candidate": candidate, "action": "rollback",
                                  "failed": ["load"], "error": str(exc),
@@ -203,7 +204,7 @@ def rollback(repository: Path, control: ModelControl, route_file: Path | None = 
 
 def _routed_canary(route_path: Path, index: RepositoryIndex) -> int | None:
     from clients.canary import read_route
-    from generator.builder.stages.versions import version_of_model
+    from generator.repository.versions import version_of_model
 
     if not route_path.is_file():
         return None

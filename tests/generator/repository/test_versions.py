@@ -1,14 +1,13 @@
-"""The version layout's rules: names, the index, the prune rule, the alias."""
+"""The version layout's rules: names, the index, the prune rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from generator.builder.stages.versions import (
+from generator.repository.versions import (
     RepositoryIndex,
     VersionError,
     VersionRecord,
-    alias_files,
     next_version,
     parse_version,
     to_prune,
@@ -64,23 +63,3 @@ def test_bad_indexes_and_versions_are_refused_with_the_reason() -> None:
             parse_version(bad)
     assert next_version([]) == 1 and next_version([1, 4]) == 5
 
-
-ENSEMBLE = """name: "yolo_v2"
-platform: "ensemble"
-max_batch_size: 4
-input [ { name: "IMAGE" data_type: TYPE_STRING dims: [ 1 ] } ]
-output [ { name: "num_detections" data_type: TYPE_INT32 dims: [ 1 ] } ]
-ensemble_scheduling { step [ { model_name: "yolo_v2_nms" model_version: 2
-  input_map { key: "IMAGE" value: "IMAGE" } output_map { key: "num_detections" value: "num_detections" } } ] }
-version_policy { specific { versions: [ 2 ] } }
-"""
-
-
-def test_the_alias_is_the_version_ensemble_under_the_plain_name_with_folder_1() -> None:
-    from generator.builder.stages.config.render import parse_config
-
-    files = alias_files("yolo", ENSEMBLE)
-    assert set(files) == {"yolo/config.pbtxt", "yolo/1/.keep"}
-    config = parse_config("yolo", files["yolo/config.pbtxt"].decode())
-    assert config.name == "yolo" and not config.HasField("version_policy")
-    assert [(s.model_name, s.model_version) for s in config.ensemble_scheduling.step] == [("yolo_v2_nms", 2)]

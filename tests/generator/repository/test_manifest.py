@@ -3,19 +3,18 @@ from dataclasses import replace
 
 import pytest
 
-from generator.builder.stages.manifest import (
+from generator.repository.check import compare
+from generator.repository.files import hash_files, hash_repository
+from generator.repository.host import GpuInfo, MachineFacts
+from generator.repository.manifest import (
     MANIFEST_NAME,
     Manifest,
     ManifestError,
     PlanFacts,
     Thresholds,
-    compare,
-    hash_files,
-    hash_repository,
     read_manifest,
     server_flags,
 )
-from generator.builder.stages.tensorrt.availability import GpuInfo, MachineFacts
 
 
 def write_manifest(repository, manifest):
@@ -201,7 +200,8 @@ def test_reads_the_layout_written_by_the_first_build_command(tmp_path):
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
     manifest = read_manifest(tmp_path)
     assert manifest.onnx_sha256 == "12" * 32 and manifest.validation_skipped
-    assert manifest.calibration_method == "minmax" and manifest.extra["detector"]["layout"] == "yolov8"
+    assert manifest.calibration_method == "minmax" and manifest.detector is not None
+    assert manifest.detector.layout == "yolov8" and manifest.detector.image_size == (320, 320)
     assert compare(manifest, None, tmp_path) == []
     assert Manifest.from_json(manifest.to_json()) == manifest
 
