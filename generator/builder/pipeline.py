@@ -45,7 +45,7 @@ from generator.serving.gpu.environment import detector_record
 from generator.serving.gpu.environment import record as preprocess_record
 
 if TYPE_CHECKING:
-    from generator.builder.stages.precision.step import PrecisionTransform
+    from generator.builder.stages.precision.stage import PrecisionTransform
 
 logger = logging.getLogger(__name__)
 _STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
@@ -239,7 +239,7 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
         if io.warmup is not None:
             files[f"{detector}/warmup/{io.warmup.file}"] = io.warmup.data
         return DetectorBuild(files, io, backend_io)
-    from generator.builder.stages.tensorrt.step import engine_of, tensorrt_detector
+    from generator.builder.stages.tensorrt.stage import engine_of, tensorrt_detector
 
     artifacts = tensorrt_detector(served, info_served, options)
     files = {f"{detector}/{_in_folder(path, folder)}": data for path, data in artifacts.files.items()}
@@ -287,7 +287,7 @@ def build_repository(
     """Build the whole repository in memory, check it, then write it atomically.
 
     For FP16/INT8 the accuracy gate runs on the served graph first; a failed gate writes nothing.
-    ``precision_transform`` replaces the default precision stage (``generator.builder.stages.precision.step``).
+    ``precision_transform`` replaces the default precision stage (``generator.builder.stages.precision.stage``).
     """
     built = build_files(onnx_path, output, options, precision_transform)
     built.files[MANIFEST_NAME] = built.manifest.to_bytes()
@@ -315,7 +315,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     precision_facts: dict[str, str] = {}
     if options.precision != "fp32":
         if precision_transform is None:
-            from generator.builder.stages.precision.step import make_precision_transform
+            from generator.builder.stages.precision.stage import make_precision_transform
 
             precision_transform = make_precision_transform(options.calibration)
         model, precision_facts = precision_transform(model, info, options)

@@ -24,7 +24,7 @@ from generator.builder.stages.tensorrt.builder import BuildReport, BuildSpec
 from generator.builder.stages.tensorrt.child import REPORT_NAME, probe_builder
 from generator.builder.stages.tensorrt.errors import TensorRTError
 from generator.builder.stages.tensorrt.plan_request import expected_engine, spec_problems
-from generator.builder.stages.tensorrt.step import build_plan_files, report_facts, report_text
+from generator.builder.stages.tensorrt.stage import build_plan_files, report_facts, report_text
 from generator.repository.check import compare
 from generator.repository.files import hash_files
 from generator.repository.host import GpuInfo, MachineFacts

@@ -37,7 +37,7 @@ from generator.repository.versions import (
 from generator.repository.write import update_repository, write_repository
 
 if TYPE_CHECKING:
-    from generator.builder.stages.precision.step import PrecisionTransform
+    from generator.builder.stages.precision.stage import PrecisionTransform
 
 logger = logging.getLogger(__name__)
 _REPORTS = ("validation.json", "validation.md")

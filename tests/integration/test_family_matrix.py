@@ -34,11 +34,11 @@ from generator.errors import GeneratorError, ModelInspectionError
 from generator.evaluation.reference import ReferencePipeline
 from generator.model.onnx_inspect import inspect_onnx
 from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
 from generator.synthetic import encode, make_scene
-from tests.conftest import free_port
 from tests.fixtures import ultralytics as fixtures
 from tests.integration import family_matrix as matrix
-from tests.integration.test_ensemble import infer
+from tests.integration.helpers import infer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from generator.demo import DEMO_ONNX
 from generator.errors import ConfigError, GeneratorError, ModelInspectionError
 from generator.serving.batch import to_float_nchw
 from tests.fixtures.onnx_factory import make_bad_rank_model, make_detector, save, ultralytics_metadata
-from tests.generator.serving.test_nms import reduce_v8
+from tests.generator.serving.helpers import reduce_v8
 
 PIPELINE = Path(__file__).resolve().parents[3] / "generator" / "serving"
 STEPS = ("yolo_preprocess", "yolo_detector", "yolo_nms")

@@ -6,7 +6,7 @@ def test_tensorrt_package_imports_without_loading_tensorrt():
     code = (
         "import sys\n"
         "import generator.builder.stages.tensorrt.builder, generator.builder.stages.tensorrt.bindings, generator.builder.stages.tensorrt.child\n"
-        "import generator.builder.stages.tensorrt.step, generator.builder.stages.tensorrt.availability\n"
+        "import generator.builder.stages.tensorrt.stage, generator.builder.stages.tensorrt.availability\n"
         "import generator.repository.manifest, generator.repository.check, generator.repository.host\n"
         "import generator.cli.check, generator.cli.plan, generator.cli.selftest\n"
         "import generator.repository.libnvinfer, generator.repository.compatibility\n"

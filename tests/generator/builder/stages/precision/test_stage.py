@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from generator.builder.spec.options import BuildOptions, PrecisionOptions, SpecError
-from generator.builder.stages.precision.step import int8_float_dtype, make_precision_transform
+from generator.builder.stages.precision.stage import int8_float_dtype, make_precision_transform
 
 
 @pytest.mark.parametrize(("target", "asked", "expected"), [

@@ -1,4 +1,4 @@
-"""The build's precision step: FP16 conversion or INT8 Q/DQ calibrated through the production preprocess."""
+"""The build's precision stage: FP16 conversion or INT8 Q/DQ calibrated through the production preprocess."""
 
 from __future__ import annotations
 
