@@ -10,8 +10,10 @@ repository whose plan is still to be built (``--defer-plan``) says which command
 whose Python steps run on the GPU (``--preprocess-device gpu``, ``--target embedded --device gpu``) is checked
 for the packages they import and a GPU they can use (``generator.serving.gpu.environment``).
 
-Only the standard library is imported (and, for those GPU steps, the packages they need), so the check runs
-in a Triton image with just this project's source on ``PYTHONPATH``.
+The check itself is :func:`generator.repository.check.check_repository` (deploy's entry points and the load tests
+call it too); this command prints its verdict. Only the standard library is imported (and, for those GPU steps,
+the packages they need), so the check runs in a Triton image with just this project's source on ``PYTHONPATH``,
+``python -S`` included, versioned repositories too.
 """
 
 from __future__ import annotations
