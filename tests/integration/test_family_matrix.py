@@ -76,8 +76,8 @@ def _build_cell(onnx_path: Path, key: str, family: str, mode: str, precision: st
         cell.refused = str(exc)
         return cell, None
     cell.built = True
-    facts: dict[str, str] = result.manifest.get("precision_facts") or {}  # type: ignore[assignment]
-    cell.fp32_fallback = len([n for n in str(facts.get("fp32_fallback_nodes", "")).split(",") if n])
+    facts = result.manifest.precision_facts
+    cell.fp32_fallback = len([n for n in facts.get("fp32_fallback_nodes", "").split(",") if n])
     cell.parser_clean = not find_incompatibilities(onnx.load(str(_served_graph(output))))
     return cell, output
 
