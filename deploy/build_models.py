@@ -30,7 +30,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from generator.builder.stages.manifest import sha256_file
+from deploy.repository_check import checked
+from generator.repository.files import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,12 @@ def _generator(*args: str) -> int:
     return subprocess.run([sys.executable, "-m", "generator", *args], check=False).returncode
 
 
+def _accepted(repository: Path) -> bool:
+    """``generator check`` of ``repository`` on this machine (deploy/repository_check.py)."""
+    result = checked(repository)
+    return result is not None and result.ok
+
+
 def switch_link(volume: Path, link: str, target: str) -> str | None:
     """Point ``volume/link`` at ``target`` (relative) with one atomic rename; return the previous target."""
     current = volume / link
@@ -118,13 +125,13 @@ def install(volume: Path, link: str, build_flags: Sequence[str]) -> Path:
         raise VolumeError("do not pass --output: the build goes to the volume's build-<key> directory")
     name = BUILD_PREFIX + build_key(build_flags)
     target = volume / name
-    if target.is_dir() and _generator("check", str(target)) == 0:
+    if target.is_dir() and _accepted(target):
         logger.info("%s already matches this machine and these settings; reusing it", target)
     else:
         logger.info("building the repository into %s", target)
         if _generator("build", *build_flags, "--output", str(target)) != 0:
             raise VolumeError(f"generator build failed; {volume / link} still points at the previous repository")
-        if _generator("check", str(target)) != 0:
+        if not _accepted(target):
             raise VolumeError(f"generator check refused the new build {target}; {volume / link} is unchanged")
     previous = switch_link(volume, link, name)
     removed = remove_stale(volume, {name, previous or "", link}, link)

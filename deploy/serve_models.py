@@ -4,11 +4,12 @@
         --url 127.0.0.1:8000 --model yolo --failures 3 --interval-s 10 --timeout-s 5 --grace-s 40 \\
         --watchdog-metrics-port 8003 --watchdog-state /tmp/watchdog/state.json -- tritonserver ARGS...
 
-1. ``python -m generator check REPOSITORY`` in this image: files against the manifest and, for a TensorRT
-   plan, the plan against this image's libnvinfer and GPUs. A repository that would not load stops here
+1. ``generator check`` of REPOSITORY in this image (in-process, deploy/repository_check.py): files against the
+   manifest and, for a TensorRT plan, the plan against this image's libnvinfer and GPUs. A repository that
+   would not load stops here
    with the check's own reason and exit code 1 (compose restarts with back-off, Kubernetes shows
    CrashLoopBackOff and the reason in the log) instead of a server that fails at load time.
-2. The flags the repository itself needs, which the same check prints (``--server-flags``: a
+2. The flags the repository itself needs, which the same check returns (as ``--server-flags`` prints them: a
    version-compatible plan needs ``--backend-config=tensorrt,version-compatible=true``), are appended to
    the tritonserver command.
 3. This process becomes ``watchdog.py supervise ... -- tritonserver ...`` (exec, same PID): SIGTERM drains
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,13 +30,15 @@ class ServeError(Exception):
 
 
 def checked_flags(repository: Path) -> list[str]:
-    """``generator check --server-flags``: the verdict and its reasons (stderr, passed through), then the
-    tritonserver flags the repository needs (stdout), from one run of the check."""
-    result = subprocess.run([sys.executable, "-m", "generator", "check", "--server-flags", str(repository)],
-                            stdout=subprocess.PIPE, text=True, check=False)
-    if result.returncode != 0:
-        raise ServeError(f"generator check refused {repository} (exit {result.returncode}); not starting Triton")
-    return result.stdout.split()
+    """``generator check``: the verdict and its reasons (stderr), then the tritonserver flags the repository needs,
+    from one run of the check (deploy/repository_check.py)."""
+    from deploy.repository_check import checked
+
+    result = checked(repository)
+    if result is None or not result.ok:
+        found = "not a build" if result is None else f"{len(result.mismatches)} mismatch(es)"
+        raise ServeError(f"generator check refused {repository} ({found}); not starting Triton")
+    return list(result.server_flags)
 
 
 def supervise_argv(args: argparse.Namespace, server: Sequence[str], extra_flags: Sequence[str]) -> list[str]:

@@ -58,8 +58,9 @@ def _detector_config(repository: Path, model: str, step: str = "detector") -> An
 
 def _source_onnx(repository: Path) -> OnnxFile | None:
     """The exported ONNX the repository was built from, when it is here unchanged and served in FP32."""
-    from generator.builder.stages.manifest import read_manifest, sha256_file
     from generator.errors import GeneratorError
+    from generator.repository.files import sha256_file
+    from generator.repository.manifest import read_manifest
 
     try:
         manifest = read_manifest(repository)
@@ -76,7 +77,7 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     import numpy as np
     from tritonclient.grpc import model_config_pb2
 
-    from generator.builder.stages.manifest import sha256_file
+    from generator.repository.files import sha256_file
     from generator.serving.batch import prepare_batch, to_float_nchw
     from generator.serving.runner import session_threads
 

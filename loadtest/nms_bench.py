@@ -31,8 +31,9 @@ def _served(onnx_path: Path, conf: float) -> tuple[Any, str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         result = build_repository(onnx_path, Path(tmp) / "repo", BuildOptions(conf_threshold=conf))
         model = onnx.load(str(Path(tmp) / "repo" / "yolo_detector" / "1" / "model.onnx"))
-    detector: dict[str, Any] = result.manifest["detector"]  # type: ignore[assignment]
-    return model, str(detector["served_layout"]), result.info
+    detector = result.manifest.detector
+    assert detector is not None and detector.served_layout is not None  # every build records it
+    return model, detector.served_layout, result.info
 
 
 def nms_only(head: Any, layout: str, settings: Any, opset: int) -> Any:

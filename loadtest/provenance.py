@@ -22,21 +22,26 @@ def triton_version(http_url: str) -> str | None:
 
 
 def repository_record(repository: Path | None) -> dict[str, Any] | None:
-    """What was served, without machine paths: the manifest's name, target, precision and model digests."""
+    """What was served, without machine paths: the manifest's name, target, precision and model digests (a
+    versioned repository: its stable version's), and whether the files still match it (``generator check``'s
+    file comparison: numbers from an edited repository do not describe the recorded build)."""
     if repository is None:
         return None
-    from generator.builder.stages.manifest import read_manifest
     from generator.errors import GeneratorError
+    from generator.repository.check import check_repository
+    from generator.repository.versions import served_manifest
 
     record: dict[str, Any] = {"directory": repository.name}
     try:
-        manifest = read_manifest(repository)
+        manifest = served_manifest(repository)
+        matches = check_repository(repository, files_only=True).ok
     except GeneratorError as exc:
         return {**record, "manifest": None, "why": str(exc).replace(str(repository), repository.name)}
     source = Path(manifest.source_onnx_path).name if manifest.source_onnx_path else None
-    options = _names_only(dict(manifest.extra.get("options") or {}))
+    options = _names_only(dict(manifest.options))
     return {**record, "name": manifest.name, "target": manifest.target, "precision": manifest.precision,
-            "source_onnx": {"name": source, "sha256": manifest.onnx_sha256}, "options": options}
+            "source_onnx": {"name": source, "sha256": manifest.onnx_sha256}, "options": options,
+            "matches_manifest": matches}
 
 
 def _names_only(options: dict[str, Any]) -> dict[str, Any]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import onnx
 import pytest
 
 from generator.builder.pipeline import build_repository
@@ -16,31 +14,8 @@ from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
 from generator.server.embedded import EmbeddedServer
 from generator.server.hardening import AdminAccess, admin_access
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now and not handed out before in this session: the kernel may offer a just-closed port
-    again, and a server given the same port for two protocols refuses to start."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-
-
-def fix_batch(source: Path, destination: Path, batch: int) -> Path:
-    """Write a copy of ``source`` whose batch axis is fixed, like a default (static) Ultralytics export."""
-    model = onnx.load(str(source))
-    for value in (*model.graph.input, *model.graph.output):
-        dim = value.type.tensor_type.shape.dim[0]
-        dim.Clear()
-        dim.dim_value = batch
-    onnx.save(model, str(destination))
-    return destination
+from generator.server.ports import free_port
+from tests.helpers import fix_batch
 
 
 @dataclass(frozen=True)

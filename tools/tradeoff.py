@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from generator.demo import DEMO_ONNX
+from generator.server.ports import free_ports
 from loadtest.machine import machine_info
 
 # (label, detector instances, intra-op threads per instance as a function of the cores)
@@ -58,23 +58,12 @@ def _cpu_list(count: int) -> str:
     return ",".join(map(str, usable[:count]))
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def _pinned(cpus: str, *args: str) -> None:
     subprocess.run(["taskset", "-c", cpus, sys.executable, *args], check=True)
 
 
 def _bench(cpus: str, repository: Path, label: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    http, grpc, metrics = _free_ports(3)
+    http, grpc, metrics = free_ports(3)
     _pinned(cpus, "-m", "loadtest", "bench", "--repository", str(repository), "--protocols", "grpc",
             "--sizes", "1280x720", "--concurrency", "1,4", "--duration", str(args.window),
             "--raw-iterations", "5", "--raw-batches", "1", "--crosscheck-concurrency", "0",

@@ -21,6 +21,10 @@ COPY pyproject.toml README.md /opt/project/
 COPY generator /opt/project/generator
 COPY deploy /opt/project/deploy
 RUN python3 -m pip install "/opt/project[build]"
+# Triton 2.51's config schema, with which every build parses its configs: made here, where the network is, since
+# the builder runs without one (docs/BUILDING.md, "Building without the network"); outside /tmp, a tmpfs at run time.
+ENV TRITON_DETECTION_CACHE=/opt/triton-detection-ensemble
+RUN python3 -m generator build --prepare
 
 ARG DETECTOR_ONNX=generator/demo/demo_detector.onnx
 COPY ${DETECTOR_ONNX} /opt/detector/model.onnx

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from importlib import resources
@@ -19,25 +18,34 @@ from onnx import TensorProto
 
 from generator.builder.spec.declarations import to_flags, to_record
 from generator.builder.spec.options import BuildOptions, SpecError
-from generator.builder.stages.admission import budget_warning, queue_policy
+from generator.builder.stages.admission import budget_warning, build_admission
 from generator.builder.stages.config.detector_io import DetectorIO, declared_io, detector_io
-from generator.builder.stages.config.load_rules import check_repository
+from generator.builder.stages.config.load_rules import check_load_rules
 from generator.builder.stages.config.model_io import ModelIO, onnxruntime_io
-from generator.builder.stages.config.render import build_budget, render_models
+from generator.builder.stages.config.render import render_models
 from generator.builder.stages.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings, add_nms
 from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisation_prefix
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
-from generator.builder.stages.repository import MARKER as MANIFEST_NAME
-from generator.builder.stages.repository import write_repository
-from generator.builder.stages.service_time import ServiceTime, measure_service_time
+from generator.builder.stages.service_time import measure_service_time
 from generator.demo import DEMO_ONNX
 from generator.model.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
+from generator.repository.admission import Admission
+from generator.repository.files import hash_files
+from generator.repository.manifest import (
+    MANIFEST_NAME,
+    DetectorRecord,
+    Manifest,
+    PlanFacts,
+    PreprocessRecord,
+    Thresholds,
+)
+from generator.repository.write import write_repository
 from generator.serving.contract import GRAPH_NMS_LAYOUT
 from generator.serving.gpu.environment import detector_record
 from generator.serving.gpu.environment import record as preprocess_record
 
 if TYPE_CHECKING:
-    from generator.builder.stages.precision.step import PrecisionTransform
+    from generator.builder.stages.precision.stage import PrecisionTransform
 
 logger = logging.getLogger(__name__)
 _STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
@@ -47,7 +55,7 @@ class BuildResult:
     output: Path
     info: DetectorInfo
     models: tuple[str, ...]
-    manifest: dict[str, object]
+    manifest: Manifest
 
 
 def served_info(info: DetectorInfo) -> DetectorInfo:
@@ -128,24 +136,24 @@ def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, serv
     return report_files(report)
 
 
-def admission_record(options: BuildOptions, service: ServiceTime) -> dict[str, object]:
-    """What the manifest says about overload: the budget and where it came from (explicit or derived), the
-    service time it was sized from, the policy."""
-    budget = build_budget(options, service)
-    policy = queue_policy(budget.ms, options.max_batch, service.batch_ms)
-    return {**budget.to_json(), "service": service.to_json(), "queue_policy": policy.to_json()}
+def _detector_record(info: DetectorInfo, served_layout: str, options: BuildOptions) -> DetectorRecord:
+    device = detector_record(options.detector_device, options.target == "embedded")
+    return DetectorRecord(
+        layout=info.layout, served_layout=served_layout, reduce_head=options.reduce_head and info.layout == "v8",
+        image_size=info.image_size, static_batch=info.static_batch, class_names=tuple(info.class_names),
+        normalise_in=options.normalise_in, reduced_decode=options.reduced_decode, nms_in_graph=options.nms_in_graph,
+        device=device["device"], requirements=tuple(device["requirements"]))
 
 
 def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
               precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
-              plan: dict[str, object] | None, service: ServiceTime) -> dict[str, object]:
-    from generator.builder.stages.manifest import Manifest, PlanFacts, Thresholds, hash_files
-
+              plan: dict[str, object] | None, admission: Admission) -> Manifest:
     if options.precision == "fp32":
         validation = "not needed (fp32)"
     else:
         validation = "accuracy gate passed" if validated else "skipped (--no-validate)"
-    record = Manifest(
+    preprocess = preprocess_record(options.preprocess_device)
+    return Manifest(
         name=options.name,
         target=options.target,
         precision=options.precision,
@@ -159,27 +167,13 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
         calibration_digest=precision_facts.get("calibration_digest"),
         max_batch=options.max_batch,
         plan=PlanFacts.from_json(plan) if plan else None,
-        extra={
-            "detector": {
-                "layout": info.layout,
-                "served_layout": served_layout,
-                "reduce_head": options.reduce_head and info.layout == "v8",
-                "image_size": list(info.image_size),
-                "static_batch": info.static_batch,
-                "class_names": list(info.class_names),
-                "normalise_in": options.normalise_in,
-                "reduced_decode": options.reduced_decode,
-                "nms_in_graph": options.nms_in_graph,
-                **detector_record(options.detector_device, options.target == "embedded"),
-            },
-            "preprocess": preprocess_record(options.preprocess_device),
-            "precision_facts": precision_facts,
-            "admission": admission_record(options, service),
-            "options": to_record(options),
-            "rebuild": rebuild_words(onnx_path, output, options),
-        },
+        detector=_detector_record(info, served_layout, options),
+        preprocess=PreprocessRecord(preprocess["device"], tuple(preprocess["requirements"])),
+        precision_facts=precision_facts,
+        admission=admission,
+        options=to_record(options),
+        rebuild=tuple(rebuild_words(onnx_path, output, options)),
     )
-    return record.to_json()
 
 
 def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str, str]]:
@@ -245,7 +239,7 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
         if io.warmup is not None:
             files[f"{detector}/warmup/{io.warmup.file}"] = io.warmup.data
         return DetectorBuild(files, io, backend_io)
-    from generator.builder.stages.tensorrt.step import engine_of, tensorrt_detector
+    from generator.builder.stages.tensorrt.stage import engine_of, tensorrt_detector
 
     artifacts = tensorrt_detector(served, info_served, options)
     files = {f"{detector}/{_in_folder(path, folder)}": data for path, data in artifacts.files.items()}
@@ -256,12 +250,13 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
 
 
 def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: DetectorBuild,
-                 service: ServiceTime, version: int | None = None) -> tuple[dict[str, bytes], tuple[str, ...]]:
+                 admission: Admission, version: int | None = None) -> tuple[dict[str, bytes], tuple[str, ...]]:
     """Every config.pbtxt, the ensemble's version folder and the Python-backend sources."""
     names = options.model_names
     folder = str(version or 1)
     extra = step_parameters(options, info_served.output.name)
-    rendered = render_models(info_served, options, extra, detector=detector.io, service=service, version=version)
+    rendered = render_models(info_served, options, extra, detector=detector.io, admission=admission,
+                             version=version)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
     files[f"{options.name}/{folder}/.keep"] = b""  # an ensemble still needs a version folder
     for step, source in _STEP_SOURCES.items():
@@ -278,7 +273,7 @@ class BuiltFiles:
     files: dict[str, bytes]
     info: DetectorInfo
     models: tuple[str, ...]
-    manifest: dict[str, object]
+    manifest: Manifest
     pending: tuple[str, ...]
 
 
@@ -292,10 +287,10 @@ def build_repository(
     """Build the whole repository in memory, check it, then write it atomically.
 
     For FP16/INT8 the accuracy gate runs on the served graph first; a failed gate writes nothing.
-    ``precision_transform`` replaces the default precision stage (``generator.builder.stages.precision.step``).
+    ``precision_transform`` replaces the default precision stage (``generator.builder.stages.precision.stage``).
     """
     built = build_files(onnx_path, output, options, precision_transform)
-    built.files[MANIFEST_NAME] = (json.dumps(built.manifest, indent=2) + "\n").encode()
+    built.files[MANIFEST_NAME] = built.manifest.to_bytes()
     write_repository(output, built.files, force=force)
     if built.pending:
         logger.info("The TensorRT plan is still to be built: on the serving GPU host run "
@@ -308,7 +303,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     """Every file of one build, checked against Triton's load rules (and the gate), plus its manifest.
 
     ``version`` writes the version folder ``version`` with its version policy instead of ``1``
-    (generator.builder.stages.versions); the manifest is returned, not among the files.
+    (generator.repository.versions); the manifest is returned, not among the files.
     """
     require_domain_data(onnx_path, options)
     if options.target == "tensorrt" and not options.tensorrt.defer_plan:
@@ -320,7 +315,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     precision_facts: dict[str, str] = {}
     if options.precision != "fp32":
         if precision_transform is None:
-            from generator.builder.stages.precision.step import make_precision_transform
+            from generator.builder.stages.precision.stage import make_precision_transform
 
             precision_transform = make_precision_transform(options.calibration)
         model, precision_facts = precision_transform(model, info, options)
@@ -329,19 +324,20 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     # is exact float32 selection whatever the precision (tests hold it to the Python step).
     served, info_served = _with_nms(gated, info_gated, options)
     service = measure_service_time(served, info_served, options)
-    budget = build_budget(options, service)
+    admission = build_admission(options, service)
+    budget = admission.budget
     logger.info("Queue budget %g ms (%s: %s)", budget.ms, budget.source, budget.basis)
     if warning := budget_warning(budget.ms, service.batch_ms):
         logger.warning("%s", warning)
     detector = _detector_build(served, info_served, options, str(version or 1))
     files = dict(detector.files)
-    model_files, models = _model_files(info_served, options, detector, service, version)
+    model_files, models = _model_files(info_served, options, detector, admission, version)
     files.update(model_files)
     backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
-    check_repository(files, backend_io, set(detector.pending))
+    check_load_rules(files, backend_io, set(detector.pending))
     validated = options.precision != "fp32" and options.gate.enabled
     if validated:
         files.update(_run_gate(onnx_path, gated, info, info_gated.layout, options))
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
-                         validated, detector.plan, service)
+                         validated, detector.plan, admission)
     return BuiltFiles(files, info, models, manifest, detector.pending)

@@ -19,23 +19,17 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from generator.builder.stages.config.load_rules import parse, repository_violations
-from generator.builder.stages.manifest import (
-    MANIFEST_NAME,
-    Manifest,
-    PlanFacts,
-    compare,
-    hash_files,
-    read_manifest,
-    rebuild_command,
-)
-from generator.builder.stages.repository import write_repository
-from generator.builder.stages.tensorrt.availability import GpuInfo, MachineFacts
 from generator.builder.stages.tensorrt.bindings import TensorDesc, engine_io
 from generator.builder.stages.tensorrt.builder import BuildReport, BuildSpec
 from generator.builder.stages.tensorrt.child import REPORT_NAME, probe_builder
 from generator.builder.stages.tensorrt.errors import TensorRTError
 from generator.builder.stages.tensorrt.plan_request import expected_engine, spec_problems
-from generator.builder.stages.tensorrt.step import build_plan_files, report_facts, report_text
+from generator.builder.stages.tensorrt.stage import build_plan_files, report_facts, report_text
+from generator.repository.check import compare
+from generator.repository.files import hash_files
+from generator.repository.host import GpuInfo, MachineFacts
+from generator.repository.manifest import MANIFEST_NAME, Manifest, PlanFacts, read_manifest, rebuild_command
+from generator.repository.write import write_repository
 
 logger = logging.getLogger(__name__)
 _RUNTIME_PARTS = ("__pycache__",)
@@ -121,7 +115,7 @@ def complete_plan(repository: Path, force: bool = False, timeout: float | None =
     facts = {**plan.to_json(), **report_facts(report), "status": "built"}
     files.pop(MANIFEST_NAME, None)
     updated = replace(manifest, plan=PlanFacts.from_json(facts), files=hash_files(files))
-    files[MANIFEST_NAME] = (json.dumps(updated.to_json(), indent=2) + "\n").encode()
+    files[MANIFEST_NAME] = updated.to_bytes()
     write_repository(repository, files)
     _recheck(repository, report)
     return CompletedPlan(updated, report)

@@ -1,5 +1,9 @@
 """``build``: ONNX in, model repository out. Every build option comes from its declaration in
-``generator.builder.spec.options``."""
+``generator.builder.spec.options``.
+
+A build needs no network once ``build --prepare`` has made what it reads from outside the project's own
+environment (Triton 2.51's config schema, generator/server/schema.py).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="add version N (or 'next': the next free number) beside the versions of --output, in "
                              "one rename; the first becomes stable, later ones wait for `generator rollout`. "
                              "Default: 'next' when --output already holds versions, else one unversioned build")
+    parser.add_argument("--prepare", action="store_true",
+                        help="only prepare what a build needs from the network (Triton 2.51's config schema, from the "
+                             "hash-pinned tritonclient 2.51 wheel), print where it is, and exit: for an image build "
+                             "or before building on a machine without the network")
     parser.add_argument("--keep-versions", type=int, default=None, metavar="K",
                         help="versioned repositories: keep at most K versions, pruning the oldest (never the "
                              "stable one or the one before it); default: the repository's (3)")
@@ -38,8 +46,8 @@ def options_from_args(args: argparse.Namespace) -> BuildOptions:
 
 def _versioned(args: argparse.Namespace, options: BuildOptions, onnx_path: Path) -> int | None:
     """Build a version when asked for one or when --output holds versions; None: an unversioned build."""
-    from generator.builder.stages.versions import parse_version, read_index
-    from generator.builder.versions import add_version
+    from generator.builder.versioned import add_version
+    from generator.repository.versions import parse_version, read_index
 
     if args.version is None and args.keep_versions is None and read_index(args.output) is None:
         return None
@@ -51,7 +59,21 @@ def _versioned(args: argparse.Namespace, options: BuildOptions, onnx_path: Path)
     return 0
 
 
+def prepare() -> int:
+    """``build --prepare``: make the schema file (logged when made), print where it is."""
+    from generator.server.embedded import TRITON_VERSION
+    from generator.server.schema import prepare_schema
+
+    path, source = prepare_schema()
+    if source is not None:
+        logger.info("Prepared Triton %s's config schema from %s", TRITON_VERSION, source)
+    print(f"Triton {TRITON_VERSION} config schema: {path}", flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.prepare:
+        return prepare()
     options = options_from_args(args)
     onnx_path = args.onnx or DEMO_ONNX
     if args.onnx is None and not DEMO_ONNX.exists():
@@ -65,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
                 "dynamic" if info.static_batch is None else f"static {info.static_batch}",
                 options.target, options.precision)
     logger.info("Models: %s (ensemble '%s')", ", ".join(result.models), options.name)
-    detector = result.manifest.get("detector")
-    if isinstance(detector, dict) and detector.get("reduce_head"):
+    detector = result.manifest.detector
+    if detector is not None and detector.reduce_head:
         logger.info("The detector graph ends with the per-anchor class max/arg-max: NMS receives "
-                    "[N, 6, anchors] (layout %s); --no-reduce-head serves the full head", detector["served_layout"])
+                    "[N, 6, anchors] (layout %s); --no-reduce-head serves the full head", detector.served_layout)
     return 0

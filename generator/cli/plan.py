@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from generator.builder.plan import complete_plan
-    from generator.builder.stages.manifest import server_flags
+    from generator.repository.manifest import server_flags
 
     repository: Path = args.repository
     if not repository.is_dir():

@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from generator.builder.rollout.workflow import rollback
+    from generator.operate.rollout.workflow import rollback
 
     record = rollback(args.model_repository, control_from_args(args), args.route_file, args.drain_s)
     print(json.dumps(record, indent=2))

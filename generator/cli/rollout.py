@@ -1,5 +1,5 @@
 """``rollout``: load the newest candidate version beside the stable one, give it a share of the traffic, compare
-both on the same window, and promote or roll back by itself (generator.builder.rollout.workflow)."""
+both on the same window, and promote or roll back by itself (generator.operate.rollout.workflow)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from generator.builder.rollout.decision import Thresholds
-from generator.builder.rollout.server import ModelControl
 from generator.errors import GeneratorError
+from generator.operate.admin import ModelControl
+from generator.operate.rollout.decision import Thresholds
 from generator.serving.contract import ADMIN_TOKEN_ENV
 
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -79,7 +79,7 @@ def control_images(folder: Path | None) -> tuple[bytes, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from generator.builder.rollout.workflow import RolloutSettings, rollout
+    from generator.operate.rollout.workflow import RolloutSettings, rollout
 
     if not 0 < args.canary_percent <= 100 or args.window_s <= 0:
         raise GeneratorError("--canary-percent must be within (0, 100] and --window-s above 0")

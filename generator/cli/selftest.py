@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from generator.builder.selftest import find_tritonserver, prerequisites, run_selftest
+    from generator.operate.selftest import find_tritonserver, prerequisites, run_selftest
 
     tritonserver = find_tritonserver(args.tritonserver)
     problems = prerequisites(tritonserver)

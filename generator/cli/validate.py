@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
 
-from generator.builder.stages.gate import accuracy_gate, served_vs_reference
+from generator.builder.stages.gate import accuracy_gate
 from generator.errors import GeneratorError
 from generator.evaluation.gate import ensure_passed, gate_summary, load_control_set, report_files
 from generator.model.onnx_inspect import inspect_onnx
+from generator.repository.manifest import DetectorRecord, Manifest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,33 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the control set through a running Triton (grpc://host:port or http://...)")
 
 
-def _build_record(repository: Path, version: int | None) -> tuple[Path, dict[str, Any], Path]:
+def _build_record(repository: Path, version: int | None) -> tuple[Path, Manifest, Path]:
     """The manifest to validate, the folder its reports go to, and the detector ONNX it serves."""
-    from generator.builder.stages.versions import VERSION_MANIFEST, read_index, version_model
+    from generator.repository.versions import served_manifest
 
-    index = read_index(repository)
-    if index is None:
-        if version is not None:
-            raise GeneratorError(f"{repository} holds no versions; drop --version")
-        manifest_path, folder = repository / "manifest.json", repository
-    else:
-        number = index.stable if version is None else version
-        if number not in index.versions:
-            raise GeneratorError(f"{repository} has no version {number} (versions "
-                                 f"{', '.join(map(str, index.served))})")
-        folder = repository / version_model(index.name, number)
-        manifest_path = folder / VERSION_MANIFEST
-    if not manifest_path.is_file():
-        raise GeneratorError(f"{repository} has no {manifest_path.name}; build it with python -m generator build")
-    manifest = json.loads(manifest_path.read_text())
-    folder_name = str(manifest.get("version", 1))
-    return folder, manifest, repository / f"{manifest['name']}_detector" / folder_name / "model.onnx"
+    manifest = served_manifest(repository, version)
+    # A version's records sit beside its ensemble config (NAME_vN/), an unversioned build's at the root.
+    folder = repository / manifest.name if manifest.version is not None else repository
+    return folder, manifest, repository / f"{manifest.name}_detector" / str(manifest.version or 1) / "model.onnx"
 
 
 def run(args: argparse.Namespace) -> int:
     repository: Path = args.model_repository
     reports, manifest, candidate = _build_record(repository, args.version)
-    reference_onnx = args.reference_onnx or Path(manifest["source_onnx"]["path"])
+    reference_onnx = args.reference_onnx or Path(manifest.source_onnx_path or "")
     if not reference_onnx.is_file():
         raise GeneratorError(f"FP32 reference ONNX not found at {reference_onnx}; pass --reference-onnx PATH")
     if not candidate.is_file():
@@ -64,20 +50,23 @@ def run(args: argparse.Namespace) -> int:
             f"{candidate} not found: the in-process gate runs ONNX detectors; for a TensorRT plan validate "
             "through the server with --url on the GPU host"
         )
-    info = inspect_onnx(reference_onnx, tuple(manifest["detector"]["image_size"]))
+    detector = manifest.detector or DetectorRecord()
+    info = inspect_onnx(reference_onnx, detector.image_size)
     control = load_control_set(args.images, args.labels, args.count)
-    thresholds = manifest["thresholds"]
+    thresholds = manifest.thresholds
     # Repositories built before the class reduction record no served layout: they serve the ONNX's own.
-    served_layout = manifest["detector"].get("served_layout", info.layout)
-    report = accuracy_gate(reference_onnx, candidate, info, served_layout, manifest["precision"], control,
-                           args.max_map_drop, thresholds["iou"], thresholds["max_detections"])
+    served_layout = detector.served_layout or info.layout
+    report = accuracy_gate(reference_onnx, candidate, info, served_layout, manifest.precision, control,
+                           args.max_map_drop, thresholds.iou, thresholds.max_detections)
     for name, content in report_files(report).items():
         (reports / name).write_bytes(content)
     print(gate_summary(report))
     print(f"Report: {reports / 'validation.md'}")
     if args.url:
-        served, local = served_vs_reference(args.url, manifest["name"], reference_onnx, info, control,
-                                            thresholds["conf"], thresholds["iou"], thresholds["max_detections"])
+        from generator.operate.served_check import served_vs_reference
+
+        served, local = served_vs_reference(args.url, manifest.name, reference_onnx, info, control,
+                                            thresholds.conf, thresholds.iou, thresholds.max_detections)
         print(f"through Triton at {args.url}: mAP@0.5:0.95 {served.map50_95:.4f} "
               f"(FP32 in-process at the served thresholds: {local.map50_95:.4f})")
     ensure_passed(report)

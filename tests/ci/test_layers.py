@@ -2,15 +2,18 @@
 
 Every import counts, also those inside functions (lazy imports hide a circle at run time, not in the design)
 and those under ``TYPE_CHECKING``. The floors are read from the ``layers`` block of docs/ARCHITECTURE.md, so
-the page and the rule cannot drift apart.
+the page and the rule cannot drift apart. Three floors have rules of their own: the builder reaches neither the
+clients nor what drives a running server (``generator.operate``), only ``generator.operate`` imports the clients,
+and the repository imports nothing but the standard library and the project's dependency-free modules.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,3 +162,91 @@ def test_lazy_and_type_checking_imports_count(tmp_path: Path) -> None:
                       "def f():\n    import a.d\n")
     known = {"a.b": source, "a.d": source}
     assert sorted(imported(source, known)) == ["a.b", "a.d"]
+
+
+# --- the floors of issue 24: builder, operate, repository --------------------------------------------------------
+
+BUILDER, OPERATE, REPOSITORY = "generator.builder", "generator.operate", "generator.repository"
+# What the repository may import of the project: modules that themselves import nothing of it.
+DEPENDENCY_FREE = ("generator", "generator.errors", "generator.serving.contract")
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def reachable(edges: Mapping[str, Iterable[str]], package: str) -> set[str]:
+    """Every module the modules of ``package`` import, directly or through others."""
+    seen: set[str] = set()
+    todo = [m for m in edges if within(m, package)]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += edges.get(module, ())
+    return seen
+
+
+def builder_violations(edges: Mapping[str, Iterable[str]]) -> list[str]:
+    """Modules of the clients or of generator.operate that the builder reaches."""
+    return sorted(m for m in reachable(edges, BUILDER) if within(m, "clients") or within(m, OPERATE))
+
+
+def clients_importers(edges: Mapping[str, Iterable[str]]) -> list[str]:
+    """Modules of ``generator`` outside generator.operate that import the clients themselves."""
+    return sorted(f"{m} -> {t}" for m, targets in edges.items() for t in targets
+                  if within(m, "generator") and not within(m, OPERATE) and within(t, "clients"))
+
+
+def imports_of(path: Path, known: Mapping[str, Path]) -> Iterator[str]:
+    """Every module ``path`` imports, the project's and everyone else's (relative imports as written)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            if node.module == "__future__":
+                continue
+            yield from (f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names)
+
+
+def repository_violations(sources: Mapping[str, Path]) -> list[str]:
+    """Imports of the repository's modules beyond the standard library, itself and the dependency-free modules."""
+    found, known = [], modules()
+    for module, path in sources.items():
+        for name in imports_of(path, known):
+            allowed = (name.split(".")[0] in sys.stdlib_module_names or within(name, REPOSITORY)
+                       or name in DEPENDENCY_FREE)
+            if not allowed:
+                found.append(f"{module} -> {name}")
+    return sorted(set(found))
+
+
+def test_the_builder_reaches_neither_the_clients_nor_operate() -> None:
+    assert any(within(m, BUILDER) for m in graph())
+    assert builder_violations(graph()) == [], "the builder builds; talking to a server is generator.operate's"
+
+
+def test_only_operate_imports_the_clients() -> None:
+    assert clients_importers(graph()) == []
+
+
+def test_the_repository_needs_only_the_standard_library_and_the_contract() -> None:
+    sources = {m: p for m, p in modules().items() if within(m, REPOSITORY)}
+    assert sources, f"no {REPOSITORY} package"
+    assert repository_violations(sources) == [], "python -S -m generator check must run with no third-party package"
+    for module in DEPENDENCY_FREE:
+        assert graph()[module] == set(), f"{module} imports nothing of the project"
+
+
+def test_the_floor_rules_catch_what_they_forbid(tmp_path: Path) -> None:
+    edges = {f"{BUILDER}.pipeline": {f"{BUILDER}.stages.gate"}, f"{BUILDER}.stages.gate": {"generator.evaluation"},
+             "generator.evaluation": {f"{OPERATE}.admin"}, f"{OPERATE}.admin": {"clients"},
+             "generator.cli.check": {"clients"}}
+    assert builder_violations(edges) == ["clients", f"{OPERATE}.admin"]  # reached through another package too
+    assert clients_importers(edges) == ["generator.cli.check -> clients"]
+    source = tmp_path / "check.py"
+    source.write_text("from __future__ import annotations\nimport json\nfrom generator.errors import GeneratorError\n"
+                      "def f():\n    import numpy\n    from generator.builder.spec import options\n")
+    assert repository_violations({f"{REPOSITORY}.check": source}) == [
+        f"{REPOSITORY}.check -> generator.builder.spec.options", f"{REPOSITORY}.check -> numpy"]

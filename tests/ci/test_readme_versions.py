@@ -55,7 +55,7 @@ def lock(package: str, *names: str) -> set[str]:
 
 def ngc_onnxruntime() -> set[str]:
     """The ONNX Runtime of the NGC image the project targets, as the INT8 step records it."""
-    step = (ROOT / "generator/builder/stages/precision/step.py").read_text()
+    step = (ROOT / "generator/builder/stages/precision/stage.py").read_text()
     found = set(re.findall(rf"(\d+\.\d+) in {re.escape(Settings().triton_release)}", step))
     assert len(found) == 1, f"step.py names no single ONNX Runtime for NGC {Settings().triton_release}"
     return found

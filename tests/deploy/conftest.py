@@ -45,10 +45,6 @@ def k8s_docs(rendered_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     return load_k8s_documents(rendered_dir / "k8s", (*K8S_RESOURCE_FILES, *K8S_ON_DEMAND_FILES))
 
 
-def find_doc(docs: list[tuple[str, dict[str, Any]]], kind: str, name: str) -> dict[str, Any]:
-    return next(doc for _, doc in docs if doc["kind"] == kind and doc["metadata"]["name"] == name)
-
-
 @pytest.fixture(scope="session")
 def pod() -> Iterator[Pod]:
     """One running deployment pod (entry point, watchdog, Triton, nginx) for the tests that do not break it."""

@@ -28,6 +28,7 @@ import pytest
 from deploy import build_models, commands
 from deploy.render import NGINX_CONF, render_all, write_rendered
 from deploy.settings import Settings
+from generator.server.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 WATCHDOG = REPO / "generator" / "server" / "watchdog.py"
@@ -36,17 +37,6 @@ TOKEN = "integration-admin-token-0123456789"
 # proxy enforces the same limit), and metrics stay on loopback on this shared machine.
 NOT_PASSED = ("--http-max-input-size=", "--metrics-address=")
 NOBODY = 65534
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def pod_settings(**overrides: Any) -> Settings:

@@ -15,7 +15,7 @@ from deploy.checks import alert_problems
 from deploy.dashboard import KNOWN_METRICS
 from deploy.errors import SettingsError
 from deploy.settings import Settings, apply_overrides
-from tests.deploy.conftest import find_doc
+from tests.deploy.helpers import find_doc
 
 EXPECTED = {
     "TritonEnsembleErrorRate", "TritonEnsembleLatencyP95OverSla", "TritonEnsembleQueueTime",

@@ -15,7 +15,7 @@ from deploy.render import HPA_METRIC_NAME, K8S_RESOURCE_FILES
 from deploy.settings import Settings
 from deploy.validate import k8s_schema_errors, kustomization_errors
 
-from .conftest import find_doc
+from .helpers import find_doc
 
 Docs = list[tuple[str, dict[str, Any]]]
 

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from generator.builder.spec.options import BuildOptions, GateOptions, PrecisionOptions, TensorRTOptions
-from generator.builder.stages.precision.step import PrecisionTransform, make_precision_transform
+from generator.builder.stages.precision.stage import PrecisionTransform, make_precision_transform
 from generator.model.onnx_inspect import DetectorInfo
 from tests.fixtures import ultralytics as fixtures
 
@@ -85,7 +85,7 @@ def options(family: str, mode: str, precision: str, target: str, calib_dir: Path
 
 
 class SharedPrecision:
-    """The real precision step, run once per model and graph type and reused by every target that gets
+    """The real precision stage, run once per model and graph type and reused by every target that gets
     the same graph (INT8's float layers are FP32 for ``onnxruntime``, FP16 elsewhere)."""
 
     def __init__(self) -> None:
@@ -94,7 +94,7 @@ class SharedPrecision:
     def transform(self, key: str) -> PrecisionTransform:
         def run(model: onnx.ModelProto, info: DetectorInfo, build: BuildOptions
                 ) -> tuple[onnx.ModelProto, dict[str, str]]:
-            from generator.builder.stages.precision.step import int8_float_dtype
+            from generator.builder.stages.precision.stage import int8_float_dtype
 
             float_type = int8_float_dtype(build.calibration, build) if build.precision == "int8" else "-"
             slot = (key, build.precision, float_type, str(build.calibration))

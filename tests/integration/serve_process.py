@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import free_port
+from generator.server.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

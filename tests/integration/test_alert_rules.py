@@ -30,7 +30,7 @@ from deploy.settings import Settings, apply_overrides
 from generator.server.watchdog import WatchdogMetrics
 from generator.synthetic import encode
 from loadtest.metrics import Sample, parse_prometheus, scrape
-from tests.integration.test_ensemble import infer, scene_bytes
+from tests.integration.helpers import infer, scene_bytes
 
 pytestmark = pytest.mark.integration
 

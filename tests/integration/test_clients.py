@@ -6,31 +6,26 @@ tests check the wire format, batching, decoding and error mapping, not only that
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
-from clients import AsyncDetectionClient, ClientTimeoutError, DetectionClient, InferenceError
+from clients import ClientTimeoutError, DetectionClient, InferenceError
 from clients.detect import main as detect_main
 from generator.evaluation.reference import ReferencePipeline
 from generator.synthetic import encode, make_scene
+from tests.integration.helpers import MODES, PROTOCOLS, metric, metric_delta, run
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 BOX_ATOL = 1e-2
 SCORE_ATOL = 1e-4
-MODES = ("sync", "async")
-PROTOCOLS = ("grpc", "http")
 # Odd sizes and both codecs, so the letterbox way back is exercised in both directions.
 SIZES = ((640, 480), (320, 240), (800, 600), (497, 375), (300, 500), (1024, 576))
 
@@ -63,50 +58,12 @@ def expected(reference, images):
     return found
 
 
-def url_for(server, protocol: str) -> str:
-    return f"{protocol}://{server.grpc_url if protocol == 'grpc' else server.http_url}"
-
-
-def run(mode: str, server, protocol: str, call: str, *args, **client_kwargs):
-    """Call `call` on a fresh sync or async client (with the admin key, unless given); returns its result."""
-    kwargs = {"model": server.model_name, "timeout_s": 30.0, "admin_key": server.admin_key, **client_kwargs}
-    if mode == "sync":
-        with DetectionClient(url_for(server, protocol), **kwargs) as client:
-            return getattr(client, call)(*args)
-
-    async def go():
-        async with AsyncDetectionClient(url_for(server, protocol), **kwargs) as client:
-            return await getattr(client, call)(*args)
-
-    return asyncio.run(go())
-
-
 def assert_matches(result, ref, class_names) -> None:
     assert len(result) == len(ref.scores)
     np.testing.assert_allclose(result.boxes, ref.boxes, atol=BOX_ATOL, rtol=0)
     np.testing.assert_allclose(result.scores, ref.scores, atol=SCORE_ATOL, rtol=0)
     np.testing.assert_array_equal(result.class_ids, ref.classes)
     assert [d.class_name for d in result] == [class_names[int(c)] for c in ref.classes]
-
-
-def metric(server, name: str) -> float:
-    """Sum of a Prometheus counter for the ensemble (all versions)."""
-    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    pattern = re.compile(rf'^{name}\{{[^}}]*model="{re.escape(server.model_name)}"[^}}]*\}} (\S+)$', re.M)
-    values = [float(v) for v in pattern.findall(text)]
-    assert values, f"no {name} for {server.model_name} in /metrics"
-    return sum(values)
-
-
-def metric_delta(server, name: str, before: float, expected: float, timeout_s: float = 3.0) -> float:
-    """The counter's growth since ``before``; Triton updates counters just after the response, so poll."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        delta = metric(server, name) - before
-        if delta >= expected or time.monotonic() > deadline:
-            return delta
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

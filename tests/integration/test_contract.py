@@ -11,7 +11,7 @@ import pytest
 from clients import DetectionClient, ModelInfo, RestrictedApiError, RetryPolicy, load_model_info
 from clients.detect import main as detect_main
 from generator.synthetic import encode, make_scene
-from tests.integration.test_clients import MODES, PROTOCOLS, metric, metric_delta, run
+from tests.integration.helpers import MODES, PROTOCOLS, metric, metric_delta, run
 
 pytestmark = pytest.mark.integration
 

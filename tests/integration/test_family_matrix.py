@@ -34,11 +34,11 @@ from generator.errors import GeneratorError, ModelInspectionError
 from generator.evaluation.reference import ReferencePipeline
 from generator.model.onnx_inspect import inspect_onnx
 from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
 from generator.synthetic import encode, make_scene
-from tests.conftest import free_port
 from tests.fixtures import ultralytics as fixtures
 from tests.integration import family_matrix as matrix
-from tests.integration.test_ensemble import infer
+from tests.integration.helpers import infer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,8 +76,8 @@ def _build_cell(onnx_path: Path, key: str, family: str, mode: str, precision: st
         cell.refused = str(exc)
         return cell, None
     cell.built = True
-    facts: dict[str, str] = result.manifest.get("precision_facts") or {}  # type: ignore[assignment]
-    cell.fp32_fallback = len([n for n in str(facts.get("fp32_fallback_nodes", "")).split(",") if n])
+    facts = result.manifest.precision_facts
+    cell.fp32_fallback = len([n for n in facts.get("fp32_fallback_nodes", "").split(",") if n])
     cell.parser_clean = not find_incompatibilities(onnx.load(str(_served_graph(output))))
     return cell, output
 

@@ -43,10 +43,10 @@ from generator.builder.spec.options import BuildOptions
 from generator.server import watchdog
 from generator.server.embedded import EmbeddedServer
 from generator.server.hardening import admin_access
+from generator.server.ports import free_port
 from generator.synthetic import encode, make_scene
-from tests.conftest import free_port
+from tests.integration.helpers import metric, metric_delta
 from tests.integration.serve_process import ServeProcess
-from tests.integration.test_clients import metric, metric_delta
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -21,10 +21,10 @@ from generator.demo import DEMO_ONNX
 from generator.errors import ServerError
 from generator.evaluation.reference import ReferencePipeline
 from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
 from generator.serving.gpu.environment import detector_problems, manifest_problems
-from tests.conftest import free_port
 from tests.fixtures.image_corpus import bad_images
-from tests.integration.test_ensemble import infer, scene_bytes
+from tests.integration.helpers import infer, scene_bytes
 
 RESULTS = "docs/results/gpu/2026-12-02-h200-detector-proof.json"
 NO_CUDA = detector_problems({"detector": {"requirements": ["onnxruntime-gpu"]}})

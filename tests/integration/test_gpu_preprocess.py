@@ -15,10 +15,10 @@ from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
 from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
 from generator.serving.gpu.environment import manifest_problems
-from tests.conftest import free_port
 from tests.fixtures.image_corpus import bad_images, zoo
-from tests.integration.test_ensemble import infer, scene_bytes
+from tests.integration.helpers import infer, scene_bytes
 
 RESULTS = "docs/results/gpu/2026-12-01-h200-proof.json"
 MISSING = manifest_problems({"preprocess": {"device": "gpu"}})

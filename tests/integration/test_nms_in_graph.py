@@ -15,8 +15,8 @@ from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
 from generator.evaluation.reference import ReferencePipeline
 from generator.server.embedded import EmbeddedServer
-from tests.conftest import free_port
-from tests.integration.test_ensemble import assert_matches_reference, infer, scene_bytes
+from generator.server.ports import free_port
+from tests.integration.helpers import assert_matches_reference, infer, scene_bytes
 
 pytestmark = pytest.mark.integration
 MODEL = "yolo_graph_nms"

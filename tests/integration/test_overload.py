@@ -22,10 +22,10 @@ import pytest
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
 from generator.serving.contract import OPENCV_PIXEL_LIMIT, OPENCV_PIXEL_LIMIT_ENV, PROBE_PRIORITY
 from generator.synthetic import encode, make_scene
 from loadtest.metrics import snapshot, stage_deltas
-from tests.conftest import free_port
 from tests.integration.load import Outcome, Sender, percentile
 
 pytestmark = pytest.mark.integration

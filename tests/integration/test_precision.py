@@ -19,9 +19,9 @@ from generator.cli import main
 from generator.evaluation.reference import ReferencePipeline
 from generator.model.onnx_inspect import inspect_onnx
 from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
 from generator.synthetic import encode, make_scene
-from tests.conftest import free_port
-from tests.integration.test_ensemble import assert_matches_reference, infer
+from tests.integration.helpers import assert_matches_reference, infer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,12 +19,12 @@ import pytest
 
 from clients import NO_RETRY, DetectionClient
 from clients.canary import CanaryClient, Route, write_route
-from generator.builder.rollout.server import ModelControl
-from generator.builder.rollout.workflow import RolloutSettings, rollback, rollout
 from generator.builder.spec.options import BuildOptions
-from generator.builder.stages.versions import ROUTE_NAME, read_index
-from generator.builder.versions import add_version
+from generator.builder.versioned import add_version
 from generator.cli.rollout import control_images
+from generator.operate.admin import ModelControl
+from generator.operate.rollout.workflow import RolloutSettings, rollback, rollout
+from generator.repository.versions import ROUTE_NAME, read_index
 from generator.synthetic import encode, make_scene
 from tests.integration.serve_process import ROOT, ServeProcess
 

@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer, cache_root, ensure_server
 from generator.server.environments import DIGEST_FILE, STUB_CPU, Environment, is_verified
-from tests.conftest import free_port
+from generator.server.ports import free_port
 
 pytestmark = pytest.mark.integration
 PROBE = Path(__file__).parent / "stub_probe"

@@ -28,7 +28,7 @@ from generator.serving.contract import (
 from generator.serving.telemetry import bucket_label
 from generator.synthetic import encode
 from loadtest.metrics import parse_prometheus, scrape
-from tests.integration.test_ensemble import _hostile_bytes, infer, scene_bytes
+from tests.integration.helpers import hostile_bytes, infer, scene_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +131,7 @@ def test_preprocess_step_counts_every_image_and_each_rejection_by_reason(triton_
     assert {dict(extra)["reason"] for name, extra in before if name == REJECTED_METRIC} == set(REJECTION_REASONS)
     for case in REASON_OF:
         with pytest.raises(InferenceServerException, match="invalid image"):
-            infer(triton_server, triton_server.model_name, [_hostile_bytes(case)])
+            infer(triton_server, triton_server.model_name, [hostile_bytes(case)])
     infer(triton_server, triton_server.model_name, [scene_bytes(7, 320, 240)] * 2)
 
     total = len(REASON_OF) + 2

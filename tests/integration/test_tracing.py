@@ -22,10 +22,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from clients import AsyncDetectionClient, DetectionClient
 from generator.server.embedded import EmbeddedServer
 from generator.server.hardening import admin_access
+from generator.server.ports import free_port
 from generator.server.tracing import TraceSettings
-from tests.conftest import free_port
+from tests.integration.helpers import infer, scene_bytes
 from tests.integration.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
-from tests.integration.test_ensemble import infer, scene_bytes
 
 pytestmark = pytest.mark.integration
 

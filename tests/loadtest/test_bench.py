@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.builder.stages.manifest import sha256_file
+from generator.repository.files import sha256_file
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +42,7 @@ def test_bench_measures_raw_ensemble_stages_and_paired_rounds(triton_server, tmp
         assert str(path.resolve()) not in text and str(path) not in text
     source = results["server"]["repository"]["source_onnx"]
     assert source == {"name": triton_server.onnx_path.name, "sha256": sha256_file(triton_server.onnx_path)}
+    assert results["server"]["repository"]["matches_manifest"] is True  # the numbers describe the recorded build
 
     raw = results["raw_detector"]
     assert [b["batch"] for b in raw["batches"]] == [1, 2]

@@ -14,11 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from generator.server.ports import free_port
 from loadtest.hostile import bad_images
 from loadtest.resources import SERVER_NAME, listening_pid
 from loadtest.soak import SoakSettings, Traffic
 from loadtest.soak_report import Limits, growths, read_samples, summarise
-from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,6 @@ concurrency 1..128 with every step's share of the time (Triton's statistics), so
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,12 +16,6 @@ from tools.gpu.gpu_http import InferError, Load, TritonHttp, drive
 
 STEPS = ("preprocess", "detector", "nms")
 BATCHES = (1, 8, 32)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stats(client: TritonHttp, model: str) -> dict[str, int]:

@@ -70,7 +70,7 @@ def ort_settings(graphs: Path, out: Path, stub_pythonpath: str, src: Path) -> di
 
 def serve(repos: Path, out: Path, stub_pythonpath: str) -> Any:
     from generator.server.embedded import EmbeddedServer
-    from tools.gpu.detector_load import free_port
+    from generator.server.ports import free_ports
 
     # The embedded 2.51 stub ignores PYTHONPATH; the device script's .pth file prepends TDE_STUB_PYTHONPATH.
     os.environ["PYTHONPATH"] = os.environ["TDE_STUB_PYTHONPATH"] = stub_pythonpath
@@ -79,7 +79,8 @@ def serve(repos: Path, out: Path, stub_pythonpath: str) -> Any:
     # A model that fails to load must not take the others with it: the failure is a finding of its own.
     # Every detector instance warms one session per batch bucket at load: load them side by side.
     lenient = ("--exit-on-error=false", "--strict-readiness=false", "--model-load-thread-count=16")
-    server = EmbeddedServer(folders[0], free_port(), free_port(), free_port(), log_file=out / "server.log",
+    http, grpc, metrics = free_ports(3)
+    server = EmbeddedServer(folders[0], http, grpc, metrics, log_file=out / "server.log",
                             extra_args=(*extra, *lenient, f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"))
     try:
         server.start()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from generator.builder.spec.options import Device
+from generator.server.ports import free_ports
 from generator.serving.contract import (
     BOXES,
     CLASSES,
@@ -233,12 +233,6 @@ def end_to_end(url: str, jpegs: list[bytes], seconds: float, levels: Sequence[in
     return results
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def serve(folders: Sequence[Path], log: Path, stub_pythonpath: str) -> Any:
     """Start the embedded Triton on ``folders`` (model repositories); the stubs get ``stub_pythonpath``."""
     from generator.server.embedded import EmbeddedServer
@@ -247,7 +241,8 @@ def serve(folders: Sequence[Path], log: Path, stub_pythonpath: str) -> Any:
     # file prepends TDE_STUB_PYTHONPATH instead. This process started before either was set.
     os.environ["PYTHONPATH"] = os.environ["TDE_STUB_PYTHONPATH"] = stub_pythonpath
     extra = tuple(f"--model-repository={p.resolve()}" for p in folders[1:])
-    server = EmbeddedServer(folders[0], free_port(), free_port(), free_port(), log_file=log,
+    http, grpc, metrics = free_ports(3)
+    server = EmbeddedServer(folders[0], http, grpc, metrics, log_file=log,
                             extra_args=(*extra, f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"))
     try:
         server.start()

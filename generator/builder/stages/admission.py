@@ -31,10 +31,9 @@ a burst of ``--max-batch`` requests that the machine answered within a second.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
-from generator.serving.contract import PRIORITY_LEVELS, PROBE_PRIORITY, USER_PRIORITY
+from generator.builder.spec.options import BuildOptions
+from generator.repository.admission import Admission, LatencyBudget, QueuePolicy, ServiceTime
 
 # Steps measured one after another vs the same steps sharing the machine's cores under overload.
 CONTENTION_FACTOR = 2.0
@@ -43,19 +42,6 @@ CONTENTION_FACTOR = 2.0
 # six concurrent clients on an idle 2-core machine: an admitted request waited for more than the budget held.
 DERIVED_BATCHES = 3
 MIN_BUDGET_MS = 250.0
-BudgetSource = Literal["explicit", "derived"]
-
-
-@dataclass(frozen=True)
-class LatencyBudget:
-    """How long a step may hold a request, and where that number came from (recorded in the manifest)."""
-
-    ms: float
-    source: BudgetSource  # "explicit": --max-queue-ms, the user's SLA; "derived": from the service time
-    basis: str  # how it was set, in words
-
-    def to_json(self) -> dict[str, object]:
-        return {"max_queue_ms": self.ms, "budget": self.source, "basis": self.basis}
 
 
 def derived_budget_ms(batch_ms: float | None) -> float:
@@ -77,26 +63,6 @@ def latency_budget(max_queue_ms: float | None, batch_ms: float | None) -> Latenc
     return LatencyBudget(derived, "derived", basis)
 
 
-@dataclass(frozen=True)
-class QueuePolicy:
-    """What every composing model's ``dynamic_batching`` block says about waiting and priorities."""
-
-    timeout_us: int
-    max_queue_size: int
-    priority_levels: int = PRIORITY_LEVELS
-    default_priority_level: int = USER_PRIORITY
-    probe_priority_level: int = PROBE_PRIORITY  # its queue has no timeout
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "default_timeout_microseconds": self.timeout_us,
-            "max_queue_size": self.max_queue_size,
-            "priority_levels": self.priority_levels,
-            "default_priority_level": self.default_priority_level,
-            "probe_priority_level": self.probe_priority_level,
-        }
-
-
 def queue_size(max_queue_ms: float, max_batch: int, batch_ms: float | None) -> int:
     """Requests a step may queue: what the pipeline serves in ``max_queue_ms`` less the batch running, at least one
     full batch.
@@ -113,6 +79,19 @@ def queue_policy(max_queue_ms: float, max_batch: int, batch_ms: float | None) ->
     """The queue policy of every composing step for a budget of ``max_queue_ms``."""
     return QueuePolicy(timeout_us=round(max_queue_ms * 1000),
                        max_queue_size=queue_size(max_queue_ms, max_batch, batch_ms))
+
+
+def build_admission(options: BuildOptions, service: ServiceTime | None) -> Admission:
+    """The build's admission, worked out once: the budget (``--max-queue-ms``, or derived from the service time)
+    and the policy it gives every step. The config rendering and the manifest both take this one object.
+
+    ``service`` None (a config rendered on its own): ``--service-ms`` when given, else no service time.
+    """
+    if service is None and options.service_ms is not None:
+        service = ServiceTime(options.max_batch, options.service_ms, "--service-ms")
+    batch_ms = service.batch_ms if service is not None else None
+    budget = latency_budget(options.max_queue_ms, batch_ms)
+    return Admission(budget, queue_policy(budget.ms, options.max_batch, batch_ms), service)
 
 
 def budget_warning(max_queue_ms: float, batch_ms: float) -> str | None:

@@ -17,39 +17,20 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
 
 from generator.builder.spec.options import BuildOptions
 from generator.model.onnx_inspect import DetectorInfo
+from generator.repository.admission import ServiceTime
 
 logger = logging.getLogger(__name__)
 
 FRAME = (1280, 720)  # width, height of the measured frames: a common camera frame
+FRAME_TEXT = f"{FRAME[0]}x{FRAME[1]} JPEG"
 RUNS = 3
-
-
-@dataclass(frozen=True)
-class ServiceTime:
-    """One batch of ``batch`` images through the three steps, one after another."""
-
-    batch: int
-    batch_ms: float
-    source: str  # how batch_ms is known
-    steps_ms: dict[str, float] = field(default_factory=dict)  # per step, when measured
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "batch": self.batch,
-            "batch_ms": round(self.batch_ms, 2),
-            "steps_ms": {step: round(ms, 2) for step, ms in self.steps_ms.items()},
-            "source": self.source,
-            "frame": f"{FRAME[0]}x{FRAME[1]} JPEG",
-        }
 
 
 def _median_ms(run: Callable[[], object], runs: int = RUNS) -> float:
@@ -103,7 +84,7 @@ def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptio
 def measure_service_time(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions) -> ServiceTime:
     """Time the serving code on one batch (or take ``--service-ms``); ``info`` describes the served graph."""
     if options.service_ms is not None:
-        return ServiceTime(options.max_batch, options.service_ms, "--service-ms")
+        return ServiceTime(options.max_batch, options.service_ms, "--service-ms", frame=FRAME_TEXT)
     import cv2
 
     threads = cv2.getNumThreads()
@@ -115,7 +96,7 @@ def measure_service_time(served: onnx.ModelProto, info: DetectorInfo, options: B
     source = "measured on the build machine"
     if options.detector_device == "gpu":
         source += " (preprocess only: the detector runs on the GPU beside it)"
-    service = ServiceTime(options.max_batch, sum(steps.values()), source, steps)
+    service = ServiceTime(options.max_batch, sum(steps.values()), source, steps, FRAME_TEXT)
     logger.info("Service time of a batch of %d: %.1f ms (%s)", options.max_batch, service.batch_ms,
                 ", ".join(f"{step} {ms:.1f} ms" for step, ms in steps.items()))
     return service

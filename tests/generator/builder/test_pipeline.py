@@ -25,7 +25,7 @@ from generator.demo import DEMO_ONNX
 from generator.errors import ConfigError, GeneratorError, ModelInspectionError
 from generator.serving.batch import to_float_nchw
 from tests.fixtures.onnx_factory import make_bad_rank_model, make_detector, save, ultralytics_metadata
-from tests.generator.serving.test_nms import reduce_v8
+from tests.generator.serving.helpers import reduce_v8
 
 PIPELINE = Path(__file__).resolve().parents[3] / "generator" / "serving"
 STEPS = ("yolo_preprocess", "yolo_detector", "yolo_nms")
@@ -293,13 +293,14 @@ def test_embedded_on_a_gpu(onnx_path: Path, tmp_path: Path) -> None:
     assert detector.parameters["detector_device"].string_value == "gpu"
     for step in ("yolo_preprocess", "yolo_nms"):
         assert read_config(built.output / step / "config.pbtxt").instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
-    record = built.manifest["detector"]
-    assert record["device"] == "gpu" and record["requirements"] == list(DETECTOR_REQUIREMENTS)
-    assert "--device gpu" in " ".join(built.manifest["rebuild"])
-    service = built.manifest["admission"]["service"]
-    assert list(service["steps_ms"]) == ["preprocess"] and "preprocess only" in service["source"]
-    cpu = build_repository(onnx_path, tmp_path / "cpu", BuildOptions()).manifest["detector"]
-    assert cpu["device"] == "cpu" and cpu["requirements"] == []
+    record = built.manifest.detector
+    assert record is not None and record.device == "gpu" and record.requirements == DETECTOR_REQUIREMENTS
+    assert "--device gpu" in " ".join(built.manifest.rebuild)
+    assert built.manifest.admission is not None and built.manifest.admission.service is not None
+    service = built.manifest.admission.service
+    assert list(service.steps_ms) == ["preprocess"] and "preprocess only" in service.source
+    cpu = build_repository(onnx_path, tmp_path / "cpu", BuildOptions()).manifest.detector
+    assert cpu is not None and cpu.device == "cpu" and cpu.requirements == ()
 
 
 def unresolved_head_model() -> onnx.ModelProto:
@@ -349,16 +350,16 @@ def test_the_default_budget_is_derived_from_a_slow_service_time_without_a_warnin
     with caplog.at_level("WARNING"):
         built = build_repository(onnx_path, tmp_path / "repo", BuildOptions(service_ms=497.0))
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
-    admission = built.manifest["admission"]
-    assert (admission["budget"], admission["max_queue_ms"]) == ("derived", 2982.0)
-    assert "497.0 ms service time" in admission["basis"]
+    admission = built.manifest.admission
+    assert admission is not None and (admission.budget.source, admission.budget.ms) == ("derived", 2982.0)
+    assert "497.0 ms service time" in admission.budget.basis
     for step in ("yolo_preprocess", "yolo_detector", "yolo_nms"):
         policy = _queue_policy(built.output, step)
         assert (policy.default_timeout_microseconds, policy.max_queue_size) == (2_982_000, 16)  # two batches queued behind the one running
     # One image's decode budget stays the floor: a hostile image costs the same whatever the detector costs.
     decode = read_config(built.output / "yolo_preprocess" / "config.pbtxt").parameters["max_decode_ms"]
     assert decode.string_value == "250.0"
-    assert "--max-queue-ms" not in built.manifest["rebuild"]  # a rebuild derives it again where it runs
+    assert "--max-queue-ms" not in built.manifest.rebuild  # a rebuild derives it again where it runs
 
 
 def test_an_explicit_budget_is_kept_and_still_warns(onnx_path: Path, tmp_path: Path,
@@ -366,10 +367,10 @@ def test_an_explicit_budget_is_kept_and_still_warns(onnx_path: Path, tmp_path: P
     with caplog.at_level("WARNING"):
         built = build_repository(onnx_path, tmp_path / "repo", BuildOptions(max_queue_ms=250.0, service_ms=497.0))
     assert any("--max-queue-ms 250 is shorter than one full batch" in r.getMessage() for r in caplog.records)
-    admission = built.manifest["admission"]
-    assert (admission["budget"], admission["max_queue_ms"]) == ("explicit", 250.0)
+    admission = built.manifest.admission
+    assert admission is not None and (admission.budget.source, admission.budget.ms) == ("explicit", 250.0)
     assert _queue_policy(built.output, "yolo_detector").default_timeout_microseconds == 250_000
-    assert "--max-queue-ms" in built.manifest["rebuild"]
+    assert "--max-queue-ms" in built.manifest.rebuild
     sla = build_repository(onnx_path, tmp_path / "sla", BuildOptions(max_queue_ms=800.0, service_ms=497.0))
     decode = read_config(sla.output / "yolo_preprocess" / "config.pbtxt").parameters["max_decode_ms"]
     assert decode.string_value == "800.0"  # an explicit budget is the decode budget too, as before

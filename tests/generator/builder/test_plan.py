@@ -14,8 +14,8 @@ import pytest
 
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions, TensorRTOptions
-from generator.builder.stages.manifest import hash_repository
 from generator.cli import main
+from generator.repository.files import hash_repository
 from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
 from tests.generator.builder.stages.tensorrt.fake_child import use_fake_child
 

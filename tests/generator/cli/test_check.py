@@ -10,9 +10,10 @@ import pytest
 
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions, TensorRTOptions
-from generator.builder.stages.manifest import MANIFEST_NAME, Manifest, PlanFacts, Thresholds, hash_repository
-from generator.builder.stages.tensorrt.availability import machine_facts
 from generator.cli import check, main
+from generator.repository.files import hash_repository
+from generator.repository.host import machine_facts
+from generator.repository.manifest import MANIFEST_NAME, Manifest, PlanFacts, Thresholds
 from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
 from tests.generator.builder.stages.tensorrt.fake_child import use_fake_child
 from tests.generator.builder.stages.tensorrt.fake_libnvinfer import build_libnvinfer, fake_nvidia_smi
@@ -174,3 +175,32 @@ def test_check_needs_only_the_standard_library(detector_onnx, tmp_path):
     assert f"run: python -m generator plan {repo}" in done.stderr and "Traceback" not in done.stderr
     done = subprocess.run([sys.executable, "-S", "-c", "import onnx"], env=env, capture_output=True, check=False)
     assert done.returncode != 0  # the check above really ran without third-party packages
+
+
+@pytest.fixture(scope="module")
+def versioned(detector_onnx, tmp_path_factory):
+    """Two versions of one ensemble: 1 stable (the alias serves it), 2 a candidate."""
+    from generator.builder.versioned import add_version
+
+    repo = tmp_path_factory.mktemp("versioned") / "repo"
+    for conf in (0.25, 0.5):
+        add_version(detector_onnx, repo, BuildOptions(name="yolo", max_batch=2, conf_threshold=conf, service_ms=10))
+    return repo
+
+
+def test_check_of_a_versioned_repository_needs_only_the_standard_library(versioned):
+    """The versioned layout too: every version against its manifest, the alias by the hashes the index recorded."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(PROJECT)}
+    done = subprocess.run([sys.executable, "-S", "-m", "generator", "check", str(versioned)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "version 1 (stable)" in done.stdout and "version 2 (candidate)" in done.stdout
+    assert f"{versioned}: versions 1, 2 match their manifests; the alias 'yolo' serves version 1" in done.stdout
+    (versioned / "yolo" / "config.pbtxt").write_bytes((versioned / "yolo" / "config.pbtxt").read_bytes() + b"\n")
+    try:
+        done = subprocess.run([sys.executable, "-S", "-m", "generator", "check", str(versioned)], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        (versioned / "yolo" / "config.pbtxt").write_bytes((versioned / "yolo" / "config.pbtxt").read_bytes()[:-1])
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "mismatch: the alias file yolo/config.pbtxt changed since the index was written" in done.stderr

@@ -6,7 +6,6 @@ import ast
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,15 +18,10 @@ import psutil
 import pytest
 
 from generator.server import watchdog
+from generator.server.ports import free_port
 from generator.serving import contract
 
 STANDIN = Path(__file__).with_name("standin_server.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Standin:

@@ -24,6 +24,7 @@ from generator.serving.cuda_provider import (
     session_providers,
     stack_tensors,
 )
+from tests.generator.serving.helpers import DeviceArray
 
 
 def test_the_chosen_settings_by_onnx_runtime_names_and_as_triton_legacy_codes() -> None:
@@ -56,37 +57,6 @@ def test_settings_round_trip_through_config_parameters() -> None:
 def test_bad_settings_name_the_parameter(parameters: dict[str, str], message: str) -> None:
     with pytest.raises(CudaSettingsError, match=message):
         CudaSettings.from_parameters(parameters, 0)
-
-
-class DeviceArray:
-    """A stand-in for a CuPy array: NumPy memory that announces itself through ``__cuda_array_interface__``."""
-
-    def __init__(self, array: np.ndarray, device: int = 0) -> None:
-        self.array = array
-        self.device = SimpleNamespace(id=device)
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        contiguous = self.array.flags.c_contiguous
-        return {"shape": self.array.shape, "typestr": self.array.dtype.str, "version": 3,
-                "data": (self.array.ctypes.data, False), "strides": None if contiguous else self.array.strides}
-
-    def __len__(self) -> int:
-        return len(self.array)
-
-    def __getitem__(self, index: Any) -> DeviceArray:
-        return DeviceArray(self.array[index], self.device.id)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.array.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
-
-    def copy(self) -> DeviceArray:
-        return DeviceArray(self.array.copy(), device=-1)  # "the current device"
 
 
 def test_device_pointer_reads_the_cuda_array_interface() -> None:

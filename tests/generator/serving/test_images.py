@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import resource
@@ -30,21 +29,9 @@ from generator.serving.images import (
     read_header,
     reduction_factor,
 )
+from tests.generator.serving.helpers import encode, gradient, progressive, scan_offsets, with_repeated_scan
 
 LIMITS = ImageLimits()
-
-
-def encode(image: np.ndarray, ext: str, params: list[int] | None = None) -> bytes:
-    ok, buf = cv2.imencode(ext, image, params or [])
-    assert ok
-    return buf.tobytes()
-
-
-def gradient(height: int, width: int) -> np.ndarray:
-    """A smooth BGR image: survives JPEG well and has no symmetry, so rotations are visible."""
-    y, x = np.mgrid[0:height, 0:width]
-    return np.stack([x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), np.full_like(x, 60)],
-                    axis=-1).astype(np.uint8)
 
 
 def png_chunk(kind: bytes, payload: bytes) -> bytes:
@@ -373,23 +360,6 @@ def test_reduced_decode_of_an_exif_rotated_jpeg() -> None:
 
 
 # --- bounded work per image: progressive scans and the decode budget -----------------------------------
-
-
-def progressive(height: int = 96, width: int = 128) -> bytes:
-    return encode(gradient(height, width), ".jpg", [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
-
-
-def scan_offsets(data: bytes) -> list[int]:
-    """Start of every start-of-scan segment (cv2's encoder writes no FF DA anywhere else)."""
-    return [i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] == 0xDA]
-
-
-def with_repeated_scan(data: bytes, copies: int) -> bytes:
-    """Repeat the smallest scan before the end marker: libjpeg only warns and decodes every copy."""
-    end = data.rindex(b"\xff\xd9")
-    bounds = [*scan_offsets(data), end]
-    smallest = min((data[a:b] for a, b in itertools.pairwise(bounds)), key=len)
-    return data[:end] + smallest * copies + b"\xff\xd9"
 
 
 def segment(marker: int, payload: bytes) -> bytes:

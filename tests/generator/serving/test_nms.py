@@ -10,6 +10,7 @@ import pytest
 from generator.serving import nms as nms_module
 from generator.serving.letterbox import Letterbox, letterbox
 from generator.serving.nms import Detections, boxes_and_best_scores, decode_head, nms, postprocess
+from tests.generator.serving.helpers import assert_same_detections, reduce_v8
 
 
 def iou(a: list[float], b: list[float]) -> float:
@@ -287,19 +288,6 @@ def test_an_absurd_box_does_not_disable_suppression_for_the_batch() -> None:
 
 
 # --- v8_reduced: the v8 head after the served graph's class max/arg-max (generator.builder.stages.graph.suffix) ------
-
-
-def reduce_v8(raw: np.ndarray) -> np.ndarray:
-    """numpy twin of the graph suffix: boxes, best score (NaN if any class score is), first arg-max."""
-    scores = raw[:, 4:, :]
-    best = scores.max(axis=1, keepdims=True)  # numpy's max propagates NaN
-    classes = scores.argmax(axis=1)[:, None, :].astype(raw.dtype)
-    return np.concatenate([raw[:, :4, :], best, classes], axis=1)
-
-
-def assert_same_detections(got: Detections, expected: Detections) -> None:
-    for field in ("num_detections", "boxes", "scores", "classes"):
-        np.testing.assert_array_equal(getattr(got, field), getattr(expected, field), err_msg=field)
 
 
 @pytest.mark.parametrize("seed", range(12))

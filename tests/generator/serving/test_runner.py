@@ -131,7 +131,7 @@ def test_cuda_runs_bind_host_batches_once_and_outputs_on_the_instance_gpu(tmp_pa
 
 
 def test_cuda_runs_bind_a_gpu_batch_where_it_lies(tmp_path: Path) -> None:
-    from tests.generator.serving.test_cuda_provider import DeviceArray
+    from tests.generator.serving.helpers import DeviceArray
 
     runner, bindings = bound_runner(tmp_path, "batch")
     batch = np.zeros((1, 3, 64, 64), np.float32)

@@ -504,7 +504,7 @@ def repository_violations(files: Mapping[str, bytes | int], model_io: Mapping[st
     return violations
 
 
-def check_repository(files: Mapping[str, bytes | int], model_io: Mapping[str, ModelIO],
+def check_load_rules(files: Mapping[str, bytes | int], model_io: Mapping[str, ModelIO],
                      pending: set[str] | None = None) -> None:
     """Raise ConfigError naming every rule the repository breaks (nothing is written before this passes)."""
     violations = repository_violations(files, model_io, pending)

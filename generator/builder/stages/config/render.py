@@ -10,7 +10,7 @@ import jinja2
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.spec.options import BuildOptions
-from generator.builder.stages.admission import MIN_BUDGET_MS, LatencyBudget, latency_budget, queue_policy
+from generator.builder.stages.admission import MIN_BUDGET_MS, build_admission
 from generator.builder.stages.config.detector_io import (
     DetectorIO,
     declared_io,
@@ -19,9 +19,9 @@ from generator.builder.stages.config.detector_io import (
     item_image_dims,
 )
 from generator.builder.stages.config.load_rules import check_ensemble_wiring, parse
-from generator.builder.stages.service_time import ServiceTime
 from generator.errors import ConfigError
 from generator.model.onnx_inspect import DetectorInfo
+from generator.repository.admission import Admission
 from generator.serving import contract
 from generator.serving.cuda_provider import DEVICE_PARAMETER
 from generator.serving.cuda_provider import SETTINGS as CUDA_SETTINGS
@@ -202,15 +202,9 @@ def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, para
     }
 
 
-def build_budget(options: BuildOptions, service: ServiceTime | None) -> LatencyBudget:
-    """The queue budget of this build: ``--max-queue-ms``, or derived from the service time (measured or given)."""
-    return latency_budget(options.max_queue_ms, service.batch_ms if service is not None else options.service_ms)
-
-
-def batching_context(options: BuildOptions, service: ServiceTime | None) -> dict[str, Any]:
-    """Template values of ``_batching.pbtxt.j2``: the queue policy sized from the latency budget."""
-    batch_ms = service.batch_ms if service is not None else options.service_ms
-    policy = queue_policy(build_budget(options, service).ms, options.max_batch, batch_ms)
+def batching_context(options: BuildOptions, admission: Admission) -> dict[str, Any]:
+    """Template values of ``_batching.pbtxt.j2``: the queue policy the build's admission sized."""
+    policy = admission.policy
     return {
         "instance_kind": "KIND_CPU",
         "queue_delay_us": options.queue_delay_us,
@@ -246,20 +240,20 @@ def render_models(
     options: BuildOptions,
     extra_parameters: dict[str, dict[str, str]] | None = None,
     detector: DetectorIO | None = None,
-    service: ServiceTime | None = None,
+    admission: Admission | None = None,
     version: int | None = None,
 ) -> dict[str, RenderedModel]:
     """Render, parse and cross-check the four configs; returns them keyed by model name.
 
     ``info`` describes the *served* detector graph (after precision and the normalisation prefix);
     ``detector`` is its config I/O as the backend will see it (default: as the ONNX declares it).
-    ``service`` (measured by the build) sizes the queues; without it (and without ``--service-ms``) they
-    hold two batches. ``version`` (a versioned repository) gives every config the version policy of that folder
+    ``admission`` (the build's, from its measured service time) sizes the queues; without it the options' own
+    (``--max-queue-ms``, ``--service-ms``; without a service time the queues hold two batches). ``version`` (a versioned repository) gives every config the version policy of that folder
     and pins the ensemble's steps to it.
     """
     env = _environment()
     io = detector or detector_io(declared_io(info), info, options)
-    batching = batching_context(options, service)
+    batching = batching_context(options, admission or build_admission(options, None))
     extra = extra_parameters or {}
     cuda_graphs = options.target == "tensorrt" and options.tensorrt.cuda_graphs
     preprocess_parameters = {**decode_parameters(options), **extra.get("preprocess", {})}

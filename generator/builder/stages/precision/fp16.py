@@ -5,7 +5,7 @@ through FP16 when a blocked node writes a graph output, which is exactly where t
 and box decode sit. So the graph is split: the body (all but the head tail) is converted with
 FP32 I/O, and the untouched FP32 tail is joined back onto it. Where the converter still leaves a node
 inconsistent (FP16 weights next to FP32 data), that node is kept in FP32 and reported instead of failing
-the build; the precision step writes the report into the manifest.
+the build; the precision stage writes the report into the manifest.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def _ignore_tensorrt_stubs() -> None:
     Model Optimizer then believes TensorRT is present and calls ``trt.Logger`` to look for plugin layers.
     Without the real library there are no plugins to look for.
     """
-    from generator.builder.stages.tensorrt.availability import tensorrt_problem
+    from generator.repository.host import tensorrt_problem
 
     if importlib.util.find_spec("tensorrt") is not None and tensorrt_problem() is not None:
         from modelopt.onnx import trt_utils

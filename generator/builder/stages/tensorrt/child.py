@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from generator.builder.stages.tensorrt.availability import GpuInfo, MachineFacts
 from generator.builder.stages.tensorrt.builder import BuildReport, BuildSpec, read_spec
 from generator.builder.stages.tensorrt.errors import EngineBuildError, TensorRTError, TensorRTUnavailableError
+from generator.repository.host import GpuInfo, MachineFacts
 
 SPEC_NAME = "build_spec.json"
 REPORT_NAME = "build_report.json"

@@ -23,8 +23,8 @@ from generator.builder.spec.options import (
     SpecError,
     TensorRTOptions,
 )
-from generator.builder.stages.manifest import Manifest, Thresholds, rebuild_command
 from generator.cli.build import add_arguments as add_build_arguments
+from generator.repository.manifest import Manifest, Thresholds, rebuild_command
 
 CHANGED = BuildOptions(
     name="det", target="onnxruntime", precision="int8", max_batch=4, conf_threshold=0.3, image_size=(480, 640),
@@ -95,7 +95,7 @@ def test_the_build_command_takes_every_declared_flag() -> None:
 def test_rebuild_command_is_the_recorded_one_with_this_output(tmp_path: Path) -> None:
     words = ["python", "-m", "generator", "build", "--onnx", "/m/y.onnx", "--output", "/old", *to_flags(CHANGED)]
     manifest = Manifest(name="det", target="onnxruntime", precision="int8", onnx_sha256="0" * 64,
-                        thresholds=Thresholds(0.3, 0.45, 100), extra={"rebuild": words})
+                        thresholds=Thresholds(0.3, 0.45, 100), rebuild=tuple(words))
     command = shlex.split(rebuild_command(manifest, tmp_path / "repo"))
     assert command[command.index("--output") + 1] == str(tmp_path / "repo")
     assert parse(command[8:]) == CHANGED

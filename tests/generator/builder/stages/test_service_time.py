@@ -8,9 +8,10 @@ import pytest
 
 from generator.builder.pipeline import _served_graph
 from generator.builder.spec.options import BuildOptions
-from generator.builder.stages.service_time import FRAME, ServiceTime, measure_service_time
+from generator.builder.stages.service_time import FRAME, FRAME_TEXT, measure_service_time
 from generator.demo import DEMO_ONNX
 from generator.model.onnx_inspect import inspect_onnx
+from generator.repository.admission import ServiceTime
 
 
 @pytest.fixture(scope="module")
@@ -49,4 +50,5 @@ def test_tensorrt_times_only_the_preprocess_step(demo_served) -> None:
 
 def test_the_flag_replaces_the_measurement(demo_served) -> None:
     served, info = demo_served
-    assert measure_service_time(served, info, BuildOptions(service_ms=42.0)) == ServiceTime(8, 42.0, "--service-ms")
+    assert measure_service_time(served, info, BuildOptions(service_ms=42.0)) == ServiceTime(8, 42.0, "--service-ms",
+                                                                                          frame=FRAME_TEXT)

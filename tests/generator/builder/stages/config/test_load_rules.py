@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions, TensorRTOptions
-from generator.builder.stages.config.load_rules import check_repository, repository_violations
+from generator.builder.stages.config.load_rules import check_load_rules, repository_violations
 from generator.builder.stages.config.model_io import ModelIO, ModelTensor
 from generator.errors import ConfigError
 from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
@@ -141,7 +141,7 @@ def test_each_rule_refuses_what_triton_would(repositories: dict[str, dict[str, b
     violations = repository_violations(files, io_for(target), PENDING)
     assert any(message in str(v) for v in violations), violations
     with pytest.raises(ConfigError, match=r"Triton 2\.51 would refuse this repository: "):
-        check_repository(files, io_for(target), PENDING)
+        check_load_rules(files, io_for(target), PENDING)
 
 
 def test_a_missing_model_file_is_reported_unless_it_is_pending(repositories: dict[str, dict[str, bytes]]) -> None:

@@ -21,9 +21,10 @@ from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.builder.stages.config.load_rules import repository_violations
 from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
 from generator.serving import contract
 from generator.synthetic import encode, make_scene
-from tests.conftest import fix_batch, free_port
+from tests.helpers import fix_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

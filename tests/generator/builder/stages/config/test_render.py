@@ -13,12 +13,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.pipeline import build_repository, step_parameters
 from generator.builder.spec.options import BuildOptions, ImageLimitOptions, TensorRTOptions
+from generator.builder.stages.admission import build_admission
 from generator.builder.stages.config.detector_io import declared_io, detector_io
 from generator.builder.stages.config.load_rules import check_ensemble_wiring
 from generator.builder.stages.config.render import _environment, parse_config, render_models
-from generator.builder.stages.service_time import ServiceTime
 from generator.errors import ConfigError
 from generator.model.onnx_inspect import DetectorInfo, TensorInfo
+from generator.repository.admission import ServiceTime
 from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -183,7 +184,7 @@ def test_config_values_follow_the_options() -> None:
     options = BuildOptions(max_batch=16, conf_threshold=0.3, iou_threshold=0.6, max_detections=42,
                            queue_delay_us=1234, max_queue_ms=300, instances=(1, 2, 3), reduced_decode=False)
     service = ServiceTime(batch=16, batch_ms=50.0, source="test")
-    models = configs(render_models(served(), options, EXTRA, service=service))
+    models = configs(render_models(served(), options, EXTRA, admission=build_admission(options, service)))
     ensemble, nms, pre = models["yolo"], models["yolo_nms"], models["yolo_preprocess"]
     assert ensemble.platform == "ensemble" and ensemble.max_batch_size == 16
     assert [list(o.dims) for o in ensemble.output] == [[1], [42, 4], [42], [42]]
@@ -203,9 +204,9 @@ def test_config_values_follow_the_options() -> None:
 
 @pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
 def test_every_step_sheds_overload_and_lets_probes_overtake(target: str) -> None:
-    service = ServiceTime(batch=8, batch_ms=40.0, source="test")
-    models = configs(render_models(served(), BuildOptions(target=target, max_queue_ms=200), EXTRA,
-                                   service=service))
+    options = BuildOptions(target=target, max_queue_ms=200)
+    admission = build_admission(options, ServiceTime(batch=8, batch_ms=40.0, source="test"))
+    models = configs(render_models(served(), options, EXTRA, admission=admission))
     for step in ("yolo_preprocess", "yolo_detector", "yolo_nms"):
         batching = models[step].dynamic_batching
         assert (batching.priority_levels, batching.default_priority_level) == (2, 2)

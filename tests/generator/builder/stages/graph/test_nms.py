@@ -19,7 +19,7 @@ from generator.serving.contract import GRAPH_NMS_LAYOUT
 from generator.serving.letterbox import Letterbox
 from generator.serving.nms import postprocess
 from loadtest.images import synthetic_images
-from tests.generator.builder.stages.graph.test_suffix import head_model, run
+from tests.generator.builder.stages.graph.helpers import head_model, run
 
 LETTERBOX = np.array([Letterbox(0.0, 0.0, 1.0, 1.0, 640, 640).as_array()] * 4, dtype=np.float32)
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -14,31 +12,10 @@ from generator.serving.batch import to_float_nchw
 from generator.serving.letterbox import Letterbox
 from generator.serving.nms import postprocess
 from tests.fixtures.onnx_factory import make_detector, ultralytics_metadata
-from tests.generator.serving.test_nms import assert_same_detections, reduce_v8
+from tests.generator.builder.stages.graph.helpers import head_model, run
+from tests.generator.serving.helpers import assert_same_detections, reduce_v8
 
 OPSETS = (11, 12, 13, 17, 18, 21)
-
-
-def head_model(opset: int = 17, elem_type: int = TensorProto.FLOAT,
-               shape: tuple[int | str, ...] = ("batch", 7, "anchors")) -> onnx.ModelProto:
-    """A graph that outputs its input: any head values can be fed through the suffix."""
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["head"], ["output0"])], "head",
-        [helper.make_tensor_value_info("head", elem_type, list(shape))],
-        [helper.make_tensor_value_info("output0", elem_type, list(shape))],
-    )
-    opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = helper.find_min_ir_version_for(opsets)
-    return model
-
-
-def run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    (out,) = session.run(None, feed)
-    return out
 
 
 def tied_heads(rng: np.random.Generator, batch: int, classes: int, anchors: int) -> np.ndarray:

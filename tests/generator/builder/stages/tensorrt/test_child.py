@@ -5,7 +5,6 @@ import sys
 
 import pytest
 
-from generator.builder.stages.tensorrt.availability import query_gpus, tensorrt_problem
 from generator.builder.stages.tensorrt.builder import BuildSpec
 from generator.builder.stages.tensorrt.child import (
     REPORT_NAME,
@@ -16,6 +15,7 @@ from generator.builder.stages.tensorrt.child import (
 )
 from generator.builder.stages.tensorrt.errors import EngineBuildError
 from generator.builder.stages.tensorrt.profiles import detector_profile
+from generator.repository.host import query_gpus, tensorrt_problem
 
 CAN_BUILD = tensorrt_problem() is None and query_gpus()[3] is None
 
