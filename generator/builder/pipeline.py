@@ -25,6 +25,7 @@ from generator.builder.stages.config.load_rules import check_repository
 from generator.builder.stages.config.model_io import ModelIO, onnxruntime_io
 from generator.builder.stages.config.render import build_budget, render_models
 from generator.builder.stages.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings, add_nms
+from generator.builder.stages.graph.placement import NmsPlacement, nms_placement
 from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisation_prefix
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
 from generator.builder.stages.repository import MARKER as MANIFEST_NAME
@@ -138,7 +139,8 @@ def admission_record(options: BuildOptions, service: ServiceTime) -> dict[str, o
 
 def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
               precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
-              plan: dict[str, object] | None, service: ServiceTime) -> dict[str, object]:
+              plan: dict[str, object] | None, service: ServiceTime,
+              placement: NmsPlacement | None = None) -> dict[str, object]:
     from generator.builder.stages.manifest import Manifest, PlanFacts, Thresholds, hash_files
 
     if options.precision == "fp32":
@@ -169,7 +171,8 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
                 "class_names": list(info.class_names),
                 "normalise_in": options.normalise_in,
                 "reduced_decode": options.reduced_decode,
-                "nms_in_graph": options.nms_in_graph,
+                "nms_in_graph": served_layout == GRAPH_NMS_LAYOUT,
+                "nms_placement": placement.reason if placement else None,
                 **detector_record(options.detector_device, options.target == "embedded"),
             },
             "preprocess": preprocess_record(options.preprocess_device),
@@ -207,14 +210,17 @@ def _served_graph(model: onnx.ModelProto, info: DetectorInfo, options: BuildOpti
     return served, info_served
 
 
-def _with_nms(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions
-              ) -> tuple[onnx.ModelProto, DetectorInfo]:
-    """Append NMS to the served graph when ``--nms-in-graph`` asks for it (after the accuracy gate's graph)."""
-    if not options.nms_in_graph:
+def _with_nms(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions,
+              placement: NmsPlacement) -> tuple[onnx.ModelProto, DetectorInfo]:
+    """Append NMS to the served graph where it runs there (after the accuracy gate's graph)."""
+    if not placement.in_graph:
         return served, info_served
     settings = NmsSettings(options.conf_threshold, options.iou_threshold, options.max_detections,
                            info_served.num_classes)
-    return add_nms(served, info_served.layout, settings), nms_info(info_served, options)
+    shape = info_served.output.shape
+    anchors = shape[2] if info_served.layout in ("v8", "v8_reduced") else shape[1]
+    return (add_nms(served, info_served.layout, settings, anchors if isinstance(anchors, int) else None),
+            nms_info(info_served, options))
 
 
 @dataclass(frozen=True)
@@ -327,7 +333,8 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     gated, info_gated = _served_graph(model, info, options)
     # The gate measures the graph before NMS: it compares scores at its own low threshold, and the NMS suffix
     # is exact float32 selection whatever the precision (tests hold it to the Python step).
-    served, info_served = _with_nms(gated, info_gated, options)
+    placement = nms_placement(info_gated, options)
+    served, info_served = _with_nms(gated, info_gated, options, placement)
     service = measure_service_time(served, info_served, options)
     budget = build_budget(options, service)
     logger.info("Queue budget %g ms (%s: %s)", budget.ms, budget.source, budget.basis)
@@ -343,5 +350,5 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     if validated:
         files.update(_run_gate(onnx_path, gated, info, info_gated.layout, options))
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
-                         validated, detector.plan, service)
+                         validated, detector.plan, service, placement)
     return BuiltFiles(files, info, models, manifest, detector.pending)

@@ -189,6 +189,10 @@ class BuildOptions:
     # on the GPU, ONNX Runtime on the CPU; the Python nms step then only maps boxes back.
     nms_in_graph: bool = option(False, "--nms-in-graph", "run class-aware NMS inside the detector graph (ONNX "
                                 "NonMaxSuppression, padded to --max-detections); the nms step only maps boxes back")
+    # Where NMS runs by default is decided per target and head (generator.builder.stages.graph.placement): in the
+    # graph with TensorRT, in the Python step on ONNX Runtime. This keeps it in the Python step on TensorRT too.
+    python_nms: bool = option(False, "--python-nms", "keep class-aware NMS in the Python nms step with --target "
+                              "tensorrt (default there: in the detector graph, on the GPU)")
     reduce_head: bool = option(True, "--no-reduce-head", "v8 heads: serve the full [N, 4+nc, A] head instead "
                                "of fusing the per-anchor class max/arg-max into the detector graph", negate=True)
     # No waiting by default: on a busy CPU requests queue up behind the running batch anyway, and a
@@ -232,6 +236,8 @@ class BuildOptions:
             raise SpecError(f"--nms-in-graph keeps at most {NMS_IN_GRAPH_MAX_DETECTIONS} detections per image "
                             f"(TensorRT's TopK limit), not {self.max_detections}; lower --max-detections or drop "
                             "--nms-in-graph")
+        if self.nms_in_graph and self.python_nms:
+            raise SpecError("--nms-in-graph and --python-nms contradict each other: give one")
         self._check_target_fields()
 
     def _check_target_fields(self) -> None:
