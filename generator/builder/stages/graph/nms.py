@@ -64,8 +64,7 @@ def _constants(settings: NmsSettings, anchors: int | None) -> list[onnx.TensorPr
         "conf": np.array([settings.conf_threshold], dtype=np.float32),
         "iou": np.array([settings.iou_threshold], dtype=np.float32),
         "max_det": np.array([settings.max_detections], dtype=np.int64),
-        "classes": np.arange(settings.num_classes, dtype=np.float32)[:, None],  # [C, 1]
-        "second": np.array([1], dtype=np.int64),
+        "classes": np.arange(settings.num_classes, dtype=np.float32),
         "box_lo": np.array([0], dtype=np.int64), "box_hi": np.array([4], dtype=np.int64),
         "xy_hi": np.array([2], dtype=np.int64), "last": np.array([-1], dtype=np.int64),
         "score_at": np.array(4, dtype=np.int64), "class_at": np.array(5, dtype=np.int64),
@@ -109,15 +108,12 @@ def _candidate_nodes(rows: str) -> list[onnx.NodeProto]:
         _node("Where", [p + "ok", p + "score", p + "zero"], p + "masked"),
         _node("Where", [p + "ok", p + "class", p + "zero"], p + "class_clean"),
         # One score row per class: an anchor scores only in its best class (the Python step's candidates).
-        # Built as [N, C, A] directly (ids [N, 1, A] against classes [C, 1]): no transpose of C x A scores,
-        # the largest tensor of the suffix (80 x 8400 per image for a COCO model).
         _node("Floor", [p + "class_clean"], p + "class_id"),  # astype(int64) of a non-negative id
-        _node("Unsqueeze", [p + "class_id", p + "second"], p + "class_row"),  # [N, 1, A]
-        _node("Equal", [p + "class_row", p + "classes"], p + "onehot"),  # [N, C, A]
-        _node("Unsqueeze", [p + "masked", p + "second"], p + "masked_row"),
-        _node("Where", [p + "onehot", p + "masked_row", p + "zero"], p + "scores"),  # [N, C, A]
         _node("Unsqueeze", [p + "class_id", p + "last"], p + "class_col"),
+        _node("Equal", [p + "class_col", p + "classes"], p + "onehot"),  # [N, A, C]
         _node("Unsqueeze", [p + "masked", p + "last"], p + "masked_col"),
+        _node("Where", [p + "onehot", p + "masked_col", p + "zero"], p + "per_class"),
+        _node("Transpose", [p + "per_class"], p + "scores", perm=[0, 2, 1]),  # [N, C, A]
         _node("Concat", [p + "boxes", p + "masked_col", p + "class_col"], p + "rows_xyxy", axis=-1),
     ]
     return nodes
