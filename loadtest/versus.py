@@ -12,6 +12,7 @@ throughput at least 1.3x the reference's with 4 threads, at a p95 no higher than
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import statistics
@@ -43,12 +44,31 @@ class VersusSettings:
             raise LoadTestError("--rounds, --window and --streams must be positive")
 
 
+def process_cpu_s(pid: int | None = None, tree: bool = False) -> float:
+    """CPU seconds (user + system) of a process (default: this one), its children too with ``tree``; 0 once gone."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        processes = [process, *process.children(recursive=True)] if tree else [process]
+        total = 0.0
+        for p in processes:
+            with contextlib.suppress(psutil.Error):
+                times = p.cpu_times()
+                total += times.user + times.system
+        return total
+    except psutil.Error:
+        return 0.0
+
+
 @dataclass(frozen=True)
 class Side:
-    """One way of answering a frame: ``make`` gives each closed-loop thread its ``infer``."""
+    """One way of answering a frame: ``make`` gives each closed-loop thread its ``infer``; ``cpu`` counts the CPU
+    seconds its own work takes (the server's process tree; this process for the in-process references)."""
 
     name: str
     make: Callable[[], Callable[[], Infer]]  # called once per window: a fresh per-thread maker
+    cpu: Callable[[], float] | None = None
 
 
 def _window(side: Side, images: list[bytes], streams: int, settings: VersusSettings,
@@ -57,6 +77,8 @@ def _window(side: Side, images: list[bytes], streams: int, settings: VersusSetti
 
     def scrape() -> None:
         before["snapshot"] = snapshot(metrics_url) if metrics_url else None
+        before["cpu"] = side.cpu() if side.cpu else None
+        before["own_cpu"] = process_cpu_s()
 
     loop = closed_loop(side.make(), images, streams, settings.window_s, settings.warmup_requests, scrape)
     point = point_from_latencies(side.name, streams, loop.latencies_ms, loop.failures, loop.elapsed_s)
@@ -64,6 +86,12 @@ def _window(side: Side, images: list[bytes], streams: int, settings: VersusSetti
                               "requests": point.requests, "failures": point.failures}
     if loop.errors:
         result["errors"] = loop.errors
+    served = len(loop.latencies_ms)
+    if side.cpu and before.get("cpu") is not None and served:
+        # What one image costs in CPU, whatever the machine's load: the ceiling of N streams is cores / this.
+        result["cpu_ms_per_image"] = round((side.cpu() - before["cpu"]) * 1000 / served, 1)
+        if metrics_url:  # the served side's clients run in this process
+            result["client_cpu_ms_per_image"] = round((process_cpu_s() - before["own_cpu"]) * 1000 / served, 1)
     if before.get("snapshot") is not None and metrics_url:
         stages = stage_deltas(before["snapshot"], snapshot(metrics_url))
         result["stages"] = {name: stage.to_dict() for name, stage in stages.items()}
@@ -126,8 +154,8 @@ def _spread(values: list[float]) -> dict[str, float] | None:
 
 def summarise(rounds: list[dict[str, Any]], names: list[str], streams: tuple[int, ...]) -> dict[str, Any]:
     """Medians and ranges of every side's numbers and of the per-round ratios; the goals against the reference."""
-    sides = {name: {str(n): {key: _spread([v for r in rounds if (v := r[name][str(n)][key]) is not None])
-                             for key in ("rps", "p50_ms", "p95_ms")} for n in streams} for name in names}
+    sides = {name: {str(n): {key: _spread([v for r in rounds if (v := r[name][str(n)].get(key)) is not None])
+                             for key in ("rps", "p50_ms", "p95_ms", "cpu_ms_per_image")} for n in streams} for name in names}
     ratios = {other: {key: _spread([v for r in rounds if (v := r["ratios"][other][key]) is not None])
                       for key in rounds[0]["ratios"][other]} for other in names[1:]}
     return {"sides": sides, "ratios": ratios, "goals": goals(ratios.get(REFERENCE, {}))}

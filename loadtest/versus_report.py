@@ -33,9 +33,11 @@ def _rows(cores: int, run: dict[str, Any]) -> list[str]:
         p95 = " | ".join(_cell(summary["sides"][s][str(n)]["p95_ms"]) if s in sides else "-"
                          for s in (SERVED, REFERENCE))
         ratios = " | ".join(_cell(summary["ratios"].get(other, {}).get(key), 3) for other in (REFERENCE, ULTRALYTICS))
+        cpu = " / ".join(_cell(summary["sides"][s][str(n)].get("cpu_ms_per_image"), 0) if s in sides else "-"
+                         for s in (SERVED, REFERENCE))
         load = f"{run['rounds'][0]['loadavg_1m'][0]} -> {run['rounds'][-1]['loadavg_1m'][1]}"
         what = "p50 ms" if n == 1 else "images/s"
-        rows.append(f"| {cores} | {n} | {what} | {numbers} | {p95} | {ratios} | {load} |")
+        rows.append(f"| {cores} | {n} | {what} | {numbers} | {p95} | {ratios} | {cpu} | {load} |")
     return rows
 
 
@@ -49,12 +51,15 @@ def report_lines(results: dict[str, Any]) -> list[str]:
              f"{first['images']['count']} JPEGs of {first['images']['avg_bytes']} bytes on average. Reference: "
              f"{first['reference']['onnx']} in this process ({first['reference']['session']}; "
              f"{first['reference']['decode']}). Medians over the rounds, ranges in brackets; the ratios are served "
-             "over the other side within each round (one stream: p50; more: throughput).", ""]
+             "over the other side within each round (one stream: p50; more: throughput). CPU per image: the server's "
+             "processes (Triton and its Python stubs; the gRPC clients not counted) against the reference's process: "
+             "the throughput N streams can reach on C cores is at most C x 1000 / that.", ""]
     absent = first.get(ULTRALYTICS, {}).get("absent")
     if absent:
         lines += [f"Ultralytics column absent: {absent}.", ""]
     lines += ["| cores | streams | measure | served | reference | ultralytics | served p95 ms | reference p95 ms | "
-              "x reference | x ultralytics | load 1m |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "x reference | x ultralytics | CPU ms per image, served / reference | load 1m |",
+              "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for cores, run in runs:
         lines += _rows(cores, run)
     lines += ["", "Goals against the in-process reference (issue 27): one stream p50 ratio <= 1.05; 4 streams "

@@ -18,7 +18,7 @@ from .errors import LoadTestError
 from .machine import machine_info
 from .provenance import repository_record
 from .reference import InProcessPipeline, Thresholds, UltralyticsPipeline, ultralytics_missing
-from .versus import REFERENCE, SERVED, ULTRALYTICS, Side, VersusSettings, run_rounds
+from .versus import REFERENCE, SERVED, ULTRALYTICS, Side, VersusSettings, process_cpu_s, run_rounds
 
 logger = logging.getLogger(__name__)
 TIMEOUT_S = 60.0
@@ -67,15 +67,17 @@ def _reference_onnx(args: argparse.Namespace, manifest: Any) -> Path:
     return source
 
 
-def sides_for(args: argparse.Namespace, grpc: str, repository: Path) -> tuple[list[Side], dict[str, Any]]:
+def sides_for(args: argparse.Namespace, grpc: str, repository: Path,
+              server_pid: int | None = None) -> tuple[list[Side], dict[str, Any]]:
     """The served side, the in-process reference, and Ultralytics' predict where it can run (else why not)."""
     manifest = _manifest(repository)
     onnx = _reference_onnx(args, manifest)
     t = manifest.thresholds
     thresholds = Thresholds(t.conf, t.iou, t.max_detections)
     reference = InProcessPipeline(onnx, thresholds)
-    sides = [Side(SERVED, lambda: client_factory("grpc", grpc, args.model, TIMEOUT_S)),
-             Side(REFERENCE, reference.factory)]
+    server_cpu = (lambda: process_cpu_s(server_pid, tree=True)) if server_pid else None
+    sides = [Side(SERVED, lambda: client_factory("grpc", grpc, args.model, TIMEOUT_S), server_cpu),
+             Side(REFERENCE, reference.factory, process_cpu_s)]
     about: dict[str, Any] = {
         "reference": {"onnx": onnx.name, "layout": reference.info.layout, "image_size": list(reference.info.image_size),
                       "session": "ONNX Runtime defaults (intra-op threads = usable cores, spinning), shared by "
@@ -89,7 +91,7 @@ def sides_for(args: argparse.Namespace, grpc: str, repository: Path) -> tuple[li
         except Exception as exc:  # noqa: BLE001 -- any import or load failure leaves the column out, with why
             missing = f"Ultralytics could not load the model: {type(exc).__name__}: {exc}"
         else:
-            sides.append(Side(ULTRALYTICS, ultra.factory))
+            sides.append(Side(ULTRALYTICS, ultra.factory, process_cpu_s))
             about[ULTRALYTICS] = {"version": ultra.version, "models": "one YOLO(onnx) per stream"}
     if missing is not None:
         about[ULTRALYTICS] = {"absent": missing}
@@ -97,11 +99,12 @@ def sides_for(args: argparse.Namespace, grpc: str, repository: Path) -> tuple[li
     return sides, about
 
 
-def measure(args: argparse.Namespace, served_at: tuple[Path, str, str], settings: VersusSettings,
+def measure(args: argparse.Namespace, served_at: tuple[Path, str, str, int | None], settings: VersusSettings,
             images: list[bytes]) -> dict[str, Any]:
-    """Paired rounds on this process's cores against one server."""
-    repository, grpc, metrics = served_at
-    sides, about = sides_for(args, grpc, repository)
+    """Paired rounds on this process's cores against one server (``served_at``: repository, gRPC and metrics
+    addresses, the server's process id when it runs here)."""
+    repository, grpc, metrics, pid = served_at
+    sides, about = sides_for(args, grpc, repository, pid)
     logger.info("versus: %s, %d rounds of %s s windows at %s streams, on %d cores", ", ".join(s.name for s in sides),
                 settings.rounds, settings.window_s, ",".join(map(str, settings.streams)), len(os.sched_getaffinity(0)))
     machine = machine_info()
@@ -124,7 +127,7 @@ def _child_args(args: argparse.Namespace, cores: int, out: Path) -> list[str]:
     words = ["-m", "loadtest", "versus", "--onnx", str(args.onnx), "--model", args.model,
              "--streams", args.streams, "--rounds", str(args.rounds), "--window", str(args.window),
              "--size", args.size, "--label", f"{cores}c", "--results-dir", str(out)]
-    words += [f"--build-arg={arg}" for arg in args.build_arg]
+    words += [f"--build-arg={arg.replace('{cores}', str(cores))}" for arg in args.build_arg]
     if args.images:
         words += ["--images", str(args.images)]
     if args.no_ultralytics:

@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, default=8002, help="with --url: Triton's metrics port")
     parser.add_argument("--model", default="yolo")
     parser.add_argument("--build-arg", action="append", default=[], metavar="ARG",
-                        help="extra argument for the build (repeat), e.g. --build-arg=--max-batch=4")
+                        help="extra argument for the build (repeat), e.g. --build-arg=--max-batch=4; with --cores, "
+                        "{cores} becomes each core count (--build-arg=--detector-threads --build-arg={cores})")
     parser.add_argument("--cores", default=None,
                         help="core counts, e.g. 1,2,4,8,16: one pinned build, server and measurement per count "
                         "(taskset; the server, its clients and the references share the pinned cores)")
@@ -71,14 +72,15 @@ def images_of(args: argparse.Namespace) -> list[bytes]:
 
 
 @contextlib.contextmanager
-def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, str]]:
-    """(repository, gRPC address, metrics address): the given server, or this repository on an embedded one."""
+def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, str, int | None]]:
+    """(repository, gRPC address, metrics address, server pid): the given server (no pid), or this repository
+    on an embedded one."""
     from ..versus_run import build_repository, free_ports
 
     repository = args.repository or build_repository(args.onnx, work / "repository", args.build_arg)
     if args.url:
         grpc = address_of(args.url, "grpc")
-        yield repository, grpc, f"{host_of(grpc)}:{args.metrics_port}"
+        yield repository, grpc, f"{host_of(grpc)}:{args.metrics_port}", None
         return
     from generator.errors import GeneratorError
     from generator.server.embedded import EmbeddedServer
@@ -86,7 +88,7 @@ def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, st
     http, grpc_port, metrics = free_ports(3)
     try:
         with EmbeddedServer(repository, http, grpc_port, metrics, log_file=work / "tritonserver.log") as server:
-            yield repository, server.grpc_url, server.metrics_url
+            yield repository, server.grpc_url, server.metrics_url, server.process.pid if server.process else None
     except GeneratorError as exc:
         raise LoadTestError(f"embedded server: {exc}") from exc
 

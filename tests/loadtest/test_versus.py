@@ -15,7 +15,7 @@ import pytest
 from generator.demo import DEMO_ONNX
 from loadtest.images import synthetic_images
 from loadtest.reference import InProcessPipeline, Thresholds, ultralytics_missing
-from loadtest.versus import REFERENCE, SERVED, Side, VersusSettings, goals, run_rounds
+from loadtest.versus import REFERENCE, SERVED, Side, VersusSettings, goals, process_cpu_s, run_rounds
 from loadtest.versus_report import report_lines, write_plot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def sleeper(ms: float, lock: bool = False):
 @pytest.fixture(scope="module")
 def result() -> dict[str, object]:
     # Served: 10 ms a frame, streams in parallel; reference: 10 ms a frame, one at a time.
-    sides = [Side(SERVED, sleeper(10)), Side(REFERENCE, sleeper(10, lock=True))]
+    sides = [Side(SERVED, sleeper(10), process_cpu_s), Side(REFERENCE, sleeper(10, lock=True), process_cpu_s)]
     return run_rounds(sides, [b"x"], VersusSettings(streams=(1, 4), rounds=2, window_s=0.3))
 
 
@@ -55,6 +55,8 @@ def test_rounds_alternate_and_ratios_are_taken_within_each(result: dict[str, obj
     assert 0.8 < summary["ratios"][REFERENCE]["p50_1"]["median"] < 1.25  # the same 10 ms at one stream
     assert summary["ratios"][REFERENCE]["rps_4"]["median"] > 2.5  # four parallel streams against one at a time
     assert summary["goals"]["streams_4"]["met"] is True
+    # Sleeping costs next to no CPU: the accounting counts work, not waiting.
+    assert 0 <= summary["sides"][SERVED]["4"]["cpu_ms_per_image"]["median"] < 5
 
 
 def test_goals_are_the_issues_thresholds() -> None:
@@ -117,5 +119,6 @@ def test_versus_serves_the_demo_and_writes_json_markdown_and_plot(tmp_path: Path
         for streams in ("1", "2"):
             assert record[side][streams]["requests"] > 0 and record[side][streams]["failures"] == 0
     assert record[SERVED]["1"]["stages"]["yolo_detector"]["executions"] > 0
+    assert record[SERVED]["1"]["cpu_ms_per_image"] > 0 and record[REFERENCE]["1"]["cpu_ms_per_image"] > 0
     assert data["ultralytics"] == {"absent": "left out (--no-ultralytics)"}
     assert written.with_suffix(".md").is_file() and written.with_suffix(".png").stat().st_size > 1000
