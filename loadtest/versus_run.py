@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -142,8 +143,9 @@ def measure_cores(args: argparse.Namespace, counts: tuple[int, ...], out: Path) 
         cpus = _cpu_list(cores)
         logger.info("== %d cores (CPUs %s) ==", cores, cpus)
         command = ["taskset", "-c", cpus, sys.executable, *_child_args(args, cores, out)]
+        began = time.monotonic()
         if subprocess.run(command, check=False).returncode != 0:
             raise LoadTestError(f"the {cores}-core run failed (its output is above)")
         (result,) = sorted(out.glob(f"*-{cores}c.json"))[-1:]
-        per_core[str(cores)] = json.loads(result.read_text())
+        per_core[str(cores)] = {**json.loads(result.read_text()), "wall_s": round(time.monotonic() - began, 1)}
     return {"machine": machine_info(), "per_core": per_core}
