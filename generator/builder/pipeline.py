@@ -189,7 +189,8 @@ def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str
     """Parameters the Python-backend steps read from their configs, beyond what the templates derive."""
     extra: dict[str, dict[str, str]] = {"detector": {}, "nms": {"raw_output": head_name}}
     if options.target == "embedded":
-        extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}
+        extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_thread_setting),
+                             **({"spin_wait": "true"} if options.detector_spinning else {})}
     return extra
 
 
