@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repository is None and args.onnx is None:
         raise LoadTestError("give --onnx MODEL (built and served here) or --repository DIR")
+    if args.url and args.repository is None:
+        raise LoadTestError("--url needs --repository DIR: the served repository (its thresholds and source ONNX)")
     started = datetime.now(timezone.utc)
     settings, images = settings_of(args), images_of(args)
     results: dict[str, Any]
