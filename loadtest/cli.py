@@ -16,6 +16,7 @@ COMMANDS = {
     "bench": ("bench", "Benchmark: raw detector ceiling, ensemble over gRPC/HTTP, per-stage costs."),
     "compare": ("compare", "Two running servers in alternating windows: before/after throughput and latency."),
     "soak": ("soak", "Long steady traffic with bad images; fails when memory, fds or /dev/shm keep growing."),
+    "versus": ("versus", "The served ensemble against the same ONNX in-process (and Ultralytics), paired rounds."),
     "nms-bench": ("nms_bench", "NMS in the detector graph (--nms-in-graph) against the Python nms step, paired."),
 }
 

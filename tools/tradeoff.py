@@ -35,9 +35,9 @@ from loadtest.machine import machine_info
 
 # (label, detector instances, intra-op threads per instance as a function of the cores)
 TOPOLOGIES: tuple[tuple[str, int, str], ...] = (
-    ("1 x N (default)", 1, "all"),
+    ("2 x N (default)", 2, "all"),
+    ("1 x N", 1, "all"),
     ("2 x N/2", 2, "half"),
-    ("2 x N", 2, "all"),
 )
 
 

@@ -24,6 +24,7 @@ from generator.builder.stages.config.load_rules import check_load_rules
 from generator.builder.stages.config.model_io import ModelIO, onnxruntime_io
 from generator.builder.stages.config.render import render_models
 from generator.builder.stages.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings, add_nms
+from generator.builder.stages.graph.placement import NmsPlacement, nms_placement
 from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisation_prefix
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
 from generator.builder.stages.service_time import measure_service_time
@@ -136,18 +137,21 @@ def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, serv
     return report_files(report)
 
 
-def _detector_record(info: DetectorInfo, served_layout: str, options: BuildOptions) -> DetectorRecord:
+def _detector_record(info: DetectorInfo, served_layout: str, options: BuildOptions,
+                     placement: NmsPlacement | None) -> DetectorRecord:
     device = detector_record(options.detector_device, options.target == "embedded")
     return DetectorRecord(
         layout=info.layout, served_layout=served_layout, reduce_head=options.reduce_head and info.layout == "v8",
         image_size=info.image_size, static_batch=info.static_batch, class_names=tuple(info.class_names),
-        normalise_in=options.normalise_in, reduced_decode=options.reduced_decode, nms_in_graph=options.nms_in_graph,
+        normalise_in=options.normalise_in, reduced_decode=options.reduced_decode,
+        nms_in_graph=served_layout == GRAPH_NMS_LAYOUT, nms_placement=placement.reason if placement else None,
         device=device["device"], requirements=tuple(device["requirements"]))
 
 
 def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
               precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
-              plan: dict[str, object] | None, admission: Admission) -> Manifest:
+              plan: dict[str, object] | None, admission: Admission,
+              placement: NmsPlacement | None = None) -> Manifest:
     if options.precision == "fp32":
         validation = "not needed (fp32)"
     else:
@@ -167,7 +171,7 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
         calibration_digest=precision_facts.get("calibration_digest"),
         max_batch=options.max_batch,
         plan=PlanFacts.from_json(plan) if plan else None,
-        detector=_detector_record(info, served_layout, options),
+        detector=_detector_record(info, served_layout, options, placement),
         preprocess=PreprocessRecord(preprocess["device"], tuple(preprocess["requirements"])),
         precision_facts=precision_facts,
         admission=admission,
@@ -180,7 +184,8 @@ def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str
     """Parameters the Python-backend steps read from their configs, beyond what the templates derive."""
     extra: dict[str, dict[str, str]] = {"detector": {}, "nms": {"raw_output": head_name}}
     if options.target == "embedded":
-        extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_threads)}
+        extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_thread_setting),
+                             **({"spin_wait": "true"} if options.detector_spinning else {})}
     return extra
 
 
@@ -201,14 +206,17 @@ def _served_graph(model: onnx.ModelProto, info: DetectorInfo, options: BuildOpti
     return served, info_served
 
 
-def _with_nms(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions
-              ) -> tuple[onnx.ModelProto, DetectorInfo]:
-    """Append NMS to the served graph when ``--nms-in-graph`` asks for it (after the accuracy gate's graph)."""
-    if not options.nms_in_graph:
+def _with_nms(served: onnx.ModelProto, info_served: DetectorInfo, options: BuildOptions,
+              placement: NmsPlacement) -> tuple[onnx.ModelProto, DetectorInfo]:
+    """Append NMS to the served graph where it runs there (after the accuracy gate's graph)."""
+    if not placement.in_graph:
         return served, info_served
     settings = NmsSettings(options.conf_threshold, options.iou_threshold, options.max_detections,
                            info_served.num_classes)
-    return add_nms(served, info_served.layout, settings), nms_info(info_served, options)
+    shape = info_served.output.shape
+    anchors = shape[2] if info_served.layout in ("v8", "v8_reduced") else shape[1]
+    return (add_nms(served, info_served.layout, settings, anchors if isinstance(anchors, int) else None),
+            nms_info(info_served, options))
 
 
 @dataclass(frozen=True)
@@ -322,7 +330,8 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     gated, info_gated = _served_graph(model, info, options)
     # The gate measures the graph before NMS: it compares scores at its own low threshold, and the NMS suffix
     # is exact float32 selection whatever the precision (tests hold it to the Python step).
-    served, info_served = _with_nms(gated, info_gated, options)
+    placement = nms_placement(info_gated, options)
+    served, info_served = _with_nms(gated, info_gated, options, placement)
     service = measure_service_time(served, info_served, options)
     admission = build_admission(options, service)
     budget = admission.budget
@@ -339,5 +348,5 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     if validated:
         files.update(_run_gate(onnx_path, gated, info, info_gated.layout, options))
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
-                         validated, detector.plan, admission)
+                         validated, detector.plan, admission, placement)
     return BuiltFiles(files, info, models, manifest, detector.pending)

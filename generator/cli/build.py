@@ -88,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
                 options.target, options.precision)
     logger.info("Models: %s (ensemble '%s')", ", ".join(result.models), options.name)
     detector = result.manifest.detector
-    if detector is not None and detector.reduce_head:
+    if detector is not None and detector.nms_in_graph:
+        logger.info("NMS runs in the detector graph (%s): the nms step maps [N, %d, 6] rows back",
+                    detector.nms_placement, options.max_detections)
+    elif detector is not None and detector.reduce_head:
         logger.info("The detector graph ends with the per-anchor class max/arg-max: NMS receives "
                     "[N, 6, anchors] (layout %s); --no-reduce-head serves the full head", detector.served_layout)
     return 0

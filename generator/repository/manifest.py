@@ -113,6 +113,7 @@ class DetectorRecord:
     normalise_in: str | None = None
     reduced_decode: bool | None = None
     nms_in_graph: bool = False
+    nms_placement: str | None = None  # why NMS runs where it does (placement.py's reason)
     device: str = "cpu"
     requirements: tuple[str, ...] = ()  # what a Python-backend detector on the GPU imports
 
@@ -127,6 +128,7 @@ class DetectorRecord:
             "normalise_in": self.normalise_in,
             "reduced_decode": self.reduced_decode,
             "nms_in_graph": self.nms_in_graph,
+            "nms_placement": self.nms_placement,
             "device": self.device,
             "requirements": list(self.requirements),
         }
@@ -139,7 +141,8 @@ class DetectorRecord:
                    image_size=None if size is None else (int(size[0]), int(size[1])),
                    static_batch=data.get("static_batch"), class_names=tuple(map(str, data.get("class_names", ()))),
                    normalise_in=data.get("normalise_in"), reduced_decode=data.get("reduced_decode"),
-                   nms_in_graph=bool(data.get("nms_in_graph", False)), device=str(data.get("device") or "cpu"),
+                   nms_in_graph=bool(data.get("nms_in_graph", False)),
+                   nms_placement=data.get("nms_placement"), device=str(data.get("device") or "cpu"),
                    requirements=tuple(map(str, data.get("requirements") or ())))
 
 

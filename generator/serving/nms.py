@@ -114,30 +114,44 @@ def decode_head(raw: np.ndarray, layout: str, conf_threshold: float) -> Candidat
 def nms(boxes: np.ndarray, scores: np.ndarray, groups: np.ndarray, iou_threshold: float) -> np.ndarray:
     """Greedy NMS where boxes only suppress boxes of the same group; returns kept indices by score.
 
-    Groups (image x class) are separated by shifting each group to its own region of the plane, so one
-    vectorised pass handles every image and class of the batch.
+    Groups (image x class) are independent, so every group advances at once: each pass keeps the best remaining
+    box of every group and drops the boxes of its group that overlap it. The passes number the most boxes one
+    group keeps, not the boxes the whole batch keeps (a batch of 32 images of 80 classes: tens, not thousands),
+    and the result is the one-box-at-a-time greedy order's: within a group, by score, ties by index.
     """
     if len(boxes) == 0:
         return np.zeros(0, dtype=np.int64)
-    # Bound the coordinates: one absurd box (say 1e20) would make the group shift swamp the float64
-    # precision of every other group, and nothing in the whole batch would be suppressed.
-    boxes = np.clip(boxes, -COORDINATE_LIMIT, COORDINATE_LIMIT)
-    span = float(np.abs(boxes).max()) * 2 + 1
-    shifted = boxes + (groups.astype(np.float64) * span)[:, None]
-    x1, y1, x2, y2 = shifted.T
-    areas = np.maximum(x2 - x1, 0) * np.maximum(y2 - y1, 0)
+    # Bound the coordinates: a broken head's absurd box (say 1e20) must not turn every area into inf.
+    boxes = np.clip(boxes.astype(np.float64), -COORDINATE_LIMIT, COORDINATE_LIMIT)
     order = np.argsort(-scores, kind="stable")
-    keep = []
-    while order.size:
-        i = order[0]
-        keep.append(i)
-        rest = order[1:]
-        w = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]))
-        h = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    by_group = np.lexsort((rank, groups))  # group after group, each in score order
+    group = np.asarray(groups)[by_group]
+    x1, y1, x2, y2 = boxes[by_group].T
+    areas = np.maximum(x2 - x1, 0) * np.maximum(y2 - y1, 0)
+    alive = np.ones(len(by_group), dtype=bool)
+    kept = np.zeros(len(by_group), dtype=bool)
+    while True:
+        live = np.flatnonzero(alive)
+        if live.size == 0:
+            break
+        live_group = group[live]
+        first = np.empty(live.size, dtype=bool)
+        first[0], first[1:] = True, live_group[1:] != live_group[:-1]
+        leaders, rest = live[first], live[~first]
+        kept[leaders] = True
+        alive[leaders] = False
+        if rest.size == 0:
+            break
+        lead = leaders[np.searchsorted(group[leaders], group[rest])]  # each remaining box's group leader
+        w = np.maximum(0.0, np.minimum(x2[lead], x2[rest]) - np.maximum(x1[lead], x1[rest]))
+        h = np.maximum(0.0, np.minimum(y2[lead], y2[rest]) - np.maximum(y1[lead], y1[rest]))
         inter = w * h
-        iou = inter / np.maximum(areas[i] + areas[rest] - inter, 1e-9)
-        order = rest[iou <= iou_threshold]
-    return np.asarray(keep, dtype=np.int64)
+        iou = inter / np.maximum(areas[lead] + areas[rest] - inter, 1e-9)
+        alive[rest[iou > iou_threshold]] = False
+    chosen = by_group[kept]
+    return chosen[np.argsort(rank[chosen])]
 
 
 def postprocess(

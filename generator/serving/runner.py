@@ -25,15 +25,17 @@ from .cuda_provider import CUDA_PROVIDER, CudaSettings, device_pointer, session_
 
 
 def session_threads(requested: int, instances: int) -> int:
-    """Intra-op threads of one session: as requested, or this process's cores shared by the instances.
+    """Intra-op threads of one session: as requested (> 0), every core of this process (< 0), or this process's
+    cores shared by the instances (0).
 
-    Each detector instance is a separate process with its own session; sessions that each take every core
-    oversubscribe the machine as soon as two instances run at once.
+    Each detector instance is a separate process with its own session. The default two instances take every core
+    each (-1): their threads do not spin, so two sessions running at once share the cores (measured, issue 27);
+    more instances share them out, so that many sessions at once do not oversubscribe the machine.
     """
     if requested > 0:
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // max(1, instances))
+    return cores if requested < 0 else max(1, cores // max(1, instances))
 
 
 def chunks(size: int, static_batch: int | None) -> list[tuple[int, int]]:

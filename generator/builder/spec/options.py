@@ -189,6 +189,10 @@ class BuildOptions:
     # on the GPU, ONNX Runtime on the CPU; the Python nms step then only maps boxes back.
     nms_in_graph: bool = option(False, "--nms-in-graph", "run class-aware NMS inside the detector graph (ONNX "
                                 "NonMaxSuppression, padded to --max-detections); the nms step only maps boxes back")
+    # Where NMS runs by default is decided per target and head (generator.builder.stages.graph.placement): in the
+    # graph with TensorRT, in the Python step on ONNX Runtime. This keeps it in the Python step on TensorRT too.
+    python_nms: bool = option(False, "--python-nms", "keep class-aware NMS in the Python nms step with --target "
+                              "tensorrt (default there: in the detector graph, on the GPU)")
     reduce_head: bool = option(True, "--no-reduce-head", "v8 heads: serve the full [N, 4+nc, A] head instead "
                                "of fusing the per-anchor class max/arg-max into the detector graph", negate=True)
     # No waiting by default: on a busy CPU requests queue up behind the running batch anyway, and a
@@ -206,18 +210,24 @@ class BuildOptions:
         None, "--service-ms", "time one batch of --max-batch images takes through the three steps on the "
         "serving machine (default: measured on this machine during the build; give it for GPU targets)",
         above=0.0, high=600_000.0)
-    # None: one detector instance on the CPU, whose ONNX Runtime session gets every core: a lone request runs on
-    # the whole machine and, under load, batches form behind it (issue 17: two single-threaded instances made a
-    # lone request take twice the detector's own time). On a GPU two instances, so that one instance's copies
-    # overlap the other's compute.
+    # None: two detector instances. Embedded on the CPU, each session gets every core (issue 27): a lone request
+    # still runs on the whole machine (issue 17: single-threaded instances doubled its time), a second request
+    # runs beside the first instead of behind it, and a request never waits for the one instance to finish
+    # returning the last batch (Triton 2.51's batcher then sometimes sleeps its full 500 ms). On a GPU one
+    # instance's copies overlap the other's compute. Triton's ONNX Runtime backend on the CPU keeps one.
     instances: tuple[int, int, int] | None = option(
-        None, "--instances", "instance counts of preprocess, detector, nms (default: 1 1 1 with the detector on "
-        "the CPU, 1 2 1 on a GPU)", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
-    # Embedded detector: ONNX Runtime intra-op threads per instance; 0 sizes them from the host
-    # (cores / detector instances), so instances running at once do not oversubscribe the cores.
+        None, "--instances", "instance counts of preprocess, detector, nms (default: 1 2 1; 1 1 1 for --target "
+        "onnxruntime on the CPU)", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
+    # Embedded detector: ONNX Runtime intra-op threads per instance; 0: every core for each of the default two
+    # instances (their sessions do not spin: two at once share the cores), cores / instances with --instances.
     detector_threads: int = option(0, "--detector-threads", "ONNX Runtime intra-op threads per embedded "
-                                   "detector instance (0: the host's cores divided by the detector instances)",
+                                   "detector instance (0: every core for each of the default instances; the "
+                                   "host's cores divided by the detector instances with --instances)",
                                    low=0, high=1024)
+    # Off: spinning workers burn the cores the Python steps need and lose their time slices on a shared machine
+    # (docs/PERFORMANCE.md); on: ONNX Runtime's own default, a few percent faster on a host the detector has to itself.
+    detector_spinning: bool = option(False, "--detector-spinning", "embedded CPU detector: let ONNX Runtime's "
+                                     "intra-op workers spin between operators (its own default; off: they sleep)")
     calibration: PrecisionOptions = field(default_factory=PrecisionOptions)
     gate: GateOptions = field(default_factory=GateOptions)
     tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
@@ -232,6 +242,8 @@ class BuildOptions:
             raise SpecError(f"--nms-in-graph keeps at most {NMS_IN_GRAPH_MAX_DETECTIONS} detections per image "
                             f"(TensorRT's TopK limit), not {self.max_detections}; lower --max-detections or drop "
                             "--nms-in-graph")
+        if self.nms_in_graph and self.python_nms:
+            raise SpecError("--nms-in-graph and --python-nms contradict each other: give one")
         self._check_target_fields()
 
     def _check_target_fields(self) -> None:
@@ -261,7 +273,14 @@ class BuildOptions:
         """Instances of preprocess, detector and NMS: ``--instances``, or the default for the detector's device."""
         if self.instances is not None:
             return self.instances
-        return (1, 2, 1) if self.detector_device == "gpu" else (1, 1, 1)
+        return (1, 1, 1) if self.target == "onnxruntime" and self.detector_device == "cpu" else (1, 2, 1)
+
+    @property
+    def detector_thread_setting(self) -> int:
+        """``intra_op_threads`` for the embedded detector (generator.serving.runner.session_threads): -1, every
+        core per instance, for the default CPU topology; else ``--detector-threads`` (0: cores / instances)."""
+        default_topology = self.instances is None and self.detector_device == "cpu"
+        return -1 if default_topology and self.detector_threads == 0 else self.detector_threads
 
     @property
     def preprocess_instances(self) -> int:

@@ -73,7 +73,8 @@ def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptio
     with tempfile.TemporaryDirectory(prefix="tde-service-") as tmp:
         path = Path(tmp) / "served.onnx"
         onnx.save(served, str(path))
-        runner = OnnxRunner(str(path), session_threads(options.detector_threads, options.detector_instances))
+        runner = OnnxRunner(str(path), session_threads(options.detector_thread_setting, options.detector_instances),
+                            spin_wait=options.detector_spinning)
         raw = runner.run(images)[runner.output_names.index(info.output.name)]  # also the warm-up run
         steps["detector"] = _median_ms(lambda: runner.run(images))
     steps["nms"] = _median_ms(lambda: postprocess(raw, info.layout, letterbox, options.conf_threshold,

@@ -187,9 +187,14 @@ def test_onnxruntime_target_has_no_python_detector(onnx_path: Path, tmp_path: Pa
     assert read_config(tmp_path / "repo" / "det" / "config.pbtxt").name == "det"
 
 
-def test_embedded_detector_threads_default_to_host_sizing(embedded_repo: Path) -> None:
-    # "0": the detector sizes its session from the host (cores / instances) when it loads.
-    assert read_config(embedded_repo / "yolo_detector" / "config.pbtxt").parameters[
+def test_embedded_detector_threads_default_to_host_sizing(embedded_repo: Path, onnx_path: Path,
+                                                           tmp_path: Path) -> None:
+    # "-1": each of the default two instances sizes its session to every core of the host when it loads.
+    config = read_config(embedded_repo / "yolo_detector" / "config.pbtxt")
+    assert config.parameters["intra_op_threads"].string_value == "-1" and config.instance_group[0].count == 2
+    # "0" with --instances: the host's cores shared by the instances.
+    build_repository(onnx_path, tmp_path / "repo", BuildOptions(instances=(1, 3, 1)))
+    assert read_config(tmp_path / "repo" / "yolo_detector" / "config.pbtxt").parameters[
         "intra_op_threads"].string_value == "0"
 
 

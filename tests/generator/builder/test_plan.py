@@ -75,7 +75,7 @@ def test_plan_completes_the_repository_like_a_direct_build(onnx_path: Path, tmp_
 @pytest.mark.parametrize(("variable", "value", "message"), [
     ("FAKE_CHILD_FAIL", "1", "TensorRT build failed: TensorRT failed to build the plan (FAKE_CHILD_FAIL); rerun"),
     # The plan's bindings are checked the way Triton's TensorRT backend will, before anything is written.
-    ("FAKE_CHILD_OUTPUT_DTYPE", "HALF", "unexpected datatype TYPE_FP32 for inference output 'boxes_score_class', "
+    ("FAKE_CHILD_OUTPUT_DTYPE", "HALF", "unexpected datatype TYPE_FP32 for inference output 'detections', "
                                         "expecting TYPE_FP16"),
 ])
 def test_a_failed_plan_leaves_the_repository_as_it_was(onnx_path: Path, tmp_path: Path,

@@ -60,6 +60,7 @@ def test_session_threads_share_the_host_between_instances(monkeypatch: pytest.Mo
     assert session_threads(0, 3) == 5
     assert session_threads(0, 64) == 1  # never zero: ONNX Runtime would read 0 as "every core"
     assert session_threads(4, 2) == 4  # an explicit --detector-threads wins
+    assert session_threads(-1, 2) == 16  # the default two CPU instances: every core each
 
 
 def test_chunks_cover_the_batch_in_static_steps() -> None:

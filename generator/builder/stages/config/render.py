@@ -119,8 +119,21 @@ def cuda_accelerator() -> dict[str, Any]:
     return {"name": "cuda", "parameters": CUDA_SETTINGS.parameters()}
 
 
+def preferred_batch_sizes(static_batch: int | None, max_batch_size: int, options: BuildOptions) -> list[int]:
+    """The embedded detector's preferred batch: a static-batch export's own size, when it batches at all.
+
+    Its runner cuts a larger batch into runs of the static size, one after another on one instance: the first
+    image waits for the last and the other instances idle. Measured on yolov8n (static batch 1, 2 cores,
+    docs/PERFORMANCE.md, issue 27). Dynamic-batch exports and the native backends keep Triton's largest batch.
+    """
+    if options.target != "embedded" or static_batch is None or max_batch_size <= static_batch:
+        return []
+    return [static_batch]
+
+
 def _detector_context(io: DetectorIO, options: BuildOptions, parameters: dict[str, str],
-                      batching: dict[str, Any], cuda_graphs: bool, image_size: tuple[int, int]) -> dict[str, Any]:
+                      batching: dict[str, Any], cuda_graphs: bool, image_size: tuple[int, int],
+                      static_batch: int | None = None) -> dict[str, Any]:
     kind = "KIND_GPU" if options.detector_device == "gpu" else "KIND_CPU"
     accelerators = [ort_tensorrt_accelerator(io, options)] if options.ort_tensorrt else []
     if options.target == "onnxruntime" and options.detector_device == "gpu":
@@ -129,6 +142,7 @@ def _detector_context(io: DetectorIO, options: BuildOptions, parameters: dict[st
         **batching,
         "name": options.model_names["detector"],
         "max_batch_size": io.max_batch_size,
+        "preferred_batch_sizes": preferred_batch_sizes(static_batch, io.max_batch_size, options),
         "input_name": io.input.name,
         "input_dtype": io.input.data_type,
         "input_dims": list(io.input.dims),
@@ -262,7 +276,7 @@ def render_models(
                        _preprocess_context(info, options, io, preprocess_parameters, batching)),
         "detector": (_DETECTOR_TEMPLATES[options.target],
                      _detector_context(io, options, extra.get("detector", {}), batching, cuda_graphs,
-                                       info.image_size)),
+                                       info.image_size, info.static_batch)),
         "nms": ("nms.pbtxt.j2", _nms_context(info, options, io, extra.get("nms", {}), batching)),
     }
     rendered: dict[str, RenderedModel] = {}

@@ -214,11 +214,14 @@ def _anchors(head: onnx.ValueInfoProto, layout: str) -> int | None:
     return dim.dim_value if dim.HasField("dim_value") else None
 
 
-def add_nms(model: onnx.ModelProto, layout: str, settings: NmsSettings) -> onnx.ModelProto:
+def add_nms(model: onnx.ModelProto, layout: str, settings: NmsSettings,
+            served_anchors: int | None = None) -> onnx.ModelProto:
     """Return a copy whose only output is ``NMS_OUTPUT`` float32 [N, max_det, 6] (the ``graph_nms`` layout).
 
     ``layout`` is the head the graph ends with now: ``v8`` (the class reduction is added first),
-    ``v8_reduced`` or ``v5``.
+    ``v8_reduced`` or ``v5``. ``served_anchors``: the anchor count at the served image size, for a graph whose
+    head leaves it open (an export with dynamic spatial axes, always fed that one size): TopK's K becomes a
+    constant, as TensorRT's parser requires.
     """
     opset = _opset(model)
     if opset < MIN_OPSET:
@@ -232,6 +235,8 @@ def add_nms(model: onnx.ModelProto, layout: str, settings: NmsSettings) -> onnx.
     if len(model.graph.output) != 1:
         raise GraphNmsError(f"expected one head output, found {len(model.graph.output)}")
     anchors = _anchors(model.graph.output[0], layout)
+    if anchors is None:
+        anchors = served_anchors
     model, head_nodes, head_name = _rows_from_head(onnx.ModelProto.FromString(model.SerializeToString()), layout)
     graph = model.graph
     if NMS_OUTPUT in {o for node in graph.node for o in node.output} | {i.name for i in graph.input}:

@@ -143,7 +143,7 @@ def test_the_detector_device_defaults_to_the_targets(kwargs: dict[str, object], 
 
 
 @pytest.mark.parametrize(("options", "counts"), [
-    (BuildOptions(), (1, 1, 1)),  # one CPU session with every core: a lone request gets the whole machine
+    (BuildOptions(), (1, 2, 1)),  # two CPU sessions of every core each: a lone request gets the whole machine
     (BuildOptions(target="onnxruntime"), (1, 1, 1)),
     (BuildOptions(device="gpu"), (1, 2, 1)),  # on a GPU one instance's copies overlap the other's compute
     (BuildOptions(target="tensorrt"), (1, 2, 1)),

@@ -33,7 +33,8 @@ def repositories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str
     onnx_path = save(make_detector("v8", metadata=ultralytics_metadata(names=("a", "b")), seed=1), root / "m.onnx")
     out = {}
     for target, options in (("embedded", BuildOptions()), ("onnxruntime", BuildOptions(target="onnxruntime")),
-                            ("tensorrt", BuildOptions(target="tensorrt",
+                            # The head itself, as the rules below name it (NMS in the graph: test_placement.py).
+                            ("tensorrt", BuildOptions(target="tensorrt", python_nms=True,
                                                       tensorrt=TensorRTOptions(defer_plan=True)))):
         out[target] = files_of(build_repository(onnx_path, root / target, options).output)
     return out

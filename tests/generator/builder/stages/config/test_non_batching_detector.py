@@ -33,6 +33,8 @@ def non_batching(repo: Path, name: str, ensemble_batch: int) -> None:
     """Rewrite the embedded detector's config the way the onnxruntime target writes a static batch-1 export."""
     detector = repo / f"{name}_detector" / "config.pbtxt"
     text = detector.read_text().replace("max_batch_size: 8", "max_batch_size: 0")
+    # The onnxruntime target prefers no batch size (the embedded one does for a static export: it batches).
+    text = re.sub(r"\n  #[^\n]*\n  #[^\n]*\n  preferred_batch_size: \[ 1 \]", "", text)
     text = re.sub(r"dims: \[ (\d+), (\d+), 3 \]", r"dims: [ 1, \1, \2, 3 ]", text, count=1)
     text = re.sub(r"dims: \[ 6, (\d+) \]", r"dims: [ 1, 6, \1 ]", text, count=1)
     detector.write_text(text)

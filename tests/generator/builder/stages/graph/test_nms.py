@@ -122,8 +122,8 @@ def test_refusals_say_what_to_do() -> None:
         add_nms(head_model(17, shape=("batch", 6, "anchors")), "v8", NmsSettings(0.25, 0.45, 100, 0))
 
 
-def served(output: Path, **options: object) -> onnx.ModelProto:
-    build_repository(DEMO_ONNX, output, BuildOptions(**options))  # type: ignore[arg-type]
+def served(output: Path, source: Path = DEMO_ONNX, **options: object) -> onnx.ModelProto:
+    build_repository(source, output, BuildOptions(**options))  # type: ignore[arg-type]
     return onnx.load(str(output / "yolo_detector" / "1" / "model.onnx"))
 
 
@@ -140,3 +140,35 @@ def test_the_demo_built_with_nms_in_graph_detects_what_the_default_build_does(tm
     assert want.num_detections.sum() > 10
     for name in ("num_detections", "boxes", "scores", "classes"):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+
+
+def assert_equal_detections(got: object, want: object) -> None:
+    for name in ("num_detections", "boxes", "scores", "classes"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+
+
+@pytest.mark.parametrize("layout", ["v8", "v5"])
+def test_eighty_classes_at_batch_32_like_the_python_step(layout: str) -> None:
+    # Issue 28's case: a COCO head at a large batch, every image crowded enough to fill max_det.
+    raw = random_head(np.random.default_rng(80), layout, 32, 80, 2100)
+    rows = graph_rows(raw, layout, NmsSettings(0.25, 0.45, 100, 80), 2100)
+    letterbox = np.repeat(LETTERBOX[:1], 32, axis=0)
+    want = postprocess(raw, layout, letterbox, 0.25, 0.45, 100)
+    assert (want.num_detections == 100).all()
+    assert_equal_detections(postprocess(rows, GRAPH_NMS_LAYOUT, letterbox, 0.25, 0.45, 100), want)
+
+
+def test_a_yolo11_export_at_batch_32_detects_in_the_graph_what_the_python_step_does(tmp_path: Path) -> None:
+    from tests.fixtures.ultralytics import write
+
+    onnx_path = write("yolo11-dynamic", tmp_path)  # 80 classes, 320x320, dynamic batch
+    images = synthetic_images([(1280, 720)], per_size=32, seed=3)
+    batch = prepare_batch(images, (320, 320))
+    options = {"conf_threshold": 0.1, "max_batch": 32, "service_ms": 100.0}
+    default = served(tmp_path / "default", onnx_path, **options)
+    with_nms = served(tmp_path / "nms", onnx_path, nms_in_graph=True, **options)
+    raw = run(default, {default.graph.input[0].name: batch.images})
+    rows = run(with_nms, {with_nms.graph.input[0].name: batch.images})
+    want = postprocess(raw, "v8_reduced", batch.letterbox, 0.1, 0.45, 100)
+    assert want.num_detections.sum() > 32 * 10  # crowded: the score bias leaves tens of boxes per scene
+    assert_equal_detections(postprocess(rows, GRAPH_NMS_LAYOUT, batch.letterbox, 0.1, 0.45, 100), want)

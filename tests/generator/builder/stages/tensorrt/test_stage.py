@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions, TensorRTOptions
 from generator.builder.stages.config.load_rules import repository_violations
+from generator.builder.stages.graph.nms import NMS_OUTPUT
 from generator.builder.stages.graph.prefix import SERVED_INPUT
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT
 from generator.errors import GeneratorError
@@ -47,16 +48,23 @@ def detector_model(tmp_path: Path, head: str = "v8", classes: int = 3, **kwargs:
                 tmp_path / f"{head}.onnx")
 
 
-# (input name, dtype, per-image dims, output name, dims) for each served input and head.
+# (input name, dtype, per-image dims, output name, dims) for each served input and head. NMS runs in the graph by
+# default on TensorRT (generator.builder.stages.graph.placement): padded [max_det, 6] rows out; --python-nms keeps the head.
+DETECTIONS = (NMS_OUTPUT, (100, 6))
 CASES = {
-    "graph, reduced v8 head": ({}, {}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), (REDUCED_OUTPUT, (6, 64))),
-    "graph, full v8 head": ({}, {"reduce_head": False}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), ("output0", (7, 64))),
-    "graph, v5 head": ({"head": "v5"}, {}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), ("output0", (64, 8))),
+    "graph, reduced v8 head": ({}, {}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), DETECTIONS),
+    "graph, full v8 head": ({}, {"reduce_head": False}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), DETECTIONS),
+    "graph, v5 head": ({"head": "v5"}, {}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), DETECTIONS),
     "graph, end2end head": ({"head": "end2end"}, {}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), ("output0", (64, 6))),
-    "preprocess, fp32": ({}, {"normalise_in": "preprocess"}, ("images", "TYPE_FP32", (3, 64, 64)),
-                         (REDUCED_OUTPUT, (6, 64))),
+    "python nms, reduced v8 head": ({}, {"python_nms": True}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)),
+                                    (REDUCED_OUTPUT, (6, 64))),
+    "python nms, full v8 head": ({}, {"python_nms": True, "reduce_head": False},
+                                 (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), ("output0", (7, 64))),
+    "python nms, v5 head": ({"head": "v5"}, {"python_nms": True}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)),
+                            ("output0", (64, 8))),
+    "preprocess, fp32": ({}, {"normalise_in": "preprocess"}, ("images", "TYPE_FP32", (3, 64, 64)), DETECTIONS),
     "preprocess, fp16 input": ({"input_dtype": TensorProto.FLOAT16}, {"normalise_in": "preprocess"},
-                               ("images", "TYPE_FP16", (3, 64, 64)), (REDUCED_OUTPUT, (6, 64))),
+                               ("images", "TYPE_FP16", (3, 64, 64)), DETECTIONS),
 }
 
 
@@ -107,10 +115,10 @@ def test_the_served_onnx_next_to_the_plan_is_the_graph_the_plan_was_built_from(t
     served = repo / "yolo_detector" / "1" / "model.onnx"
     model = onnx.load(str(served))
     assert [i.name for i in model.graph.input] == [SERVED_INPUT]
-    assert [o.name for o in model.graph.output] == [REDUCED_OUTPUT]
+    assert [o.name for o in model.graph.output] == [NMS_OUTPUT]
     images = np.random.default_rng(0).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
     (out,) = ort.InferenceSession(str(served)).run(None, {SERVED_INPUT: images})
-    assert out.shape == (2, 6, 64)
+    assert out.shape == (2, 100, 6)
 
 
 def test_static_batch_one_export_builds_a_batch_one_plan(tmp_path: Path) -> None:
