@@ -52,6 +52,10 @@ class DecodeOptions:
     open_timeout_s: float = 10.0
     read_timeout_s: float = 5.0
     hwaccel: str | None = None  # an FFmpeg device type (cuda, vaapi, qsv, ...); None decodes on the CPU
+    # How much of a network stream FFmpeg reads to learn its format before the first frame. Its default, 5 s, is a
+    # 5 s start (and a burst of stale frames) per connection at camera rates; the format arrives with the first
+    # key frame or in the RTSP session description anyway.
+    probe_s: float = 1.0
 
 
 def hwaccel_devices() -> list[str]:
@@ -63,8 +67,10 @@ def hwaccel_devices() -> list[str]:
 
 def _open_arguments(spec: SourceSpec, options: DecodeOptions) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"timeout": (options.open_timeout_s, options.read_timeout_s)}
+    if spec.kind == "network":
+        kwargs["options"] = {"analyzeduration": str(round(options.probe_s * 1e6))}
     if spec.location.lower().startswith(("rtsp://", "rtsps://")):
-        kwargs["options"] = {"rtsp_transport": options.rtsp_transport}
+        kwargs["options"]["rtsp_transport"] = options.rtsp_transport
     if spec.kind == "camera":
         kwargs["format"] = "v4l2"
     if options.hwaccel:

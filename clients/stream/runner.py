@@ -65,7 +65,7 @@ async def run_streams(specs: Sequence[SourceSpec], settings: StreamSettings, sin
     async with AsyncDetectionClient(settings.url, settings.protocol, settings.model, settings.timeout_s,
                                     retry=NO_RETRY, admin_key=settings.admin_key, model_info=settings.model_info,
                                     client_options=settings.client_options) as client:
-        await client.wait_until_ready(max(settings.timeout_s, 10.0))
+        await client.wait_until_ready(settings.timeout_s)
         await client.model_info()
 
         def emit(answer: Answer) -> None:
