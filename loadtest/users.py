@@ -57,6 +57,10 @@ def add_locust_arguments(parser: Any) -> None:
     group.add_argument("--triton-route-file", env_var="LOADTEST_ROUTE_FILE", default="",
                        help="follow the stable/canary split `generator rollout` publishes (routing.json): that share "
                             "of the requests goes to the canary version, reported under its name")
+    group.add_argument("--triton-camera-fps", env_var="LOADTEST_CAMERA_FPS", type=float, default=5.0,
+                       help="camera users: frames per second of each camera")
+    group.add_argument("--triton-video", env_var="LOADTEST_VIDEO", default="",
+                       help="camera users: a video file whose frames they send (default: the image corpus)")
     group.add_argument("--triton-runinfo", env_var="LOADTEST_RUNINFO", default="",
                        help="write run facts (users, CPU warnings, totals) as JSON here when Locust quits")
 
