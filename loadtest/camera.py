@@ -20,8 +20,8 @@ from locust.env import Environment
 
 from clients.stream.pacing import FrameClock, next_frame
 
-from .errors import CorpusError
-from .users import TritonGrpcUser, TritonHttpUser, TritonUser, UserSettings, corpus_for
+from .images import video_frames
+from .users import TritonGrpcUser, TritonHttpUser, TritonUser
 
 
 @dataclass
@@ -63,33 +63,8 @@ class CameraBook:
 
 
 BOOK = CameraBook()
-_VIDEO_FRAMES: dict[tuple[Path, int], list[bytes]] = {}
 _NUMBERS = iter(range(1, 1_000_000))
 _NUMBERS_LOCK = threading.Lock()
-
-
-def video_frames(path: Path, limit: int = 600) -> list[bytes]:
-    """The first ``limit`` frames of a video file, decoded with PyAV and JPEG-encoded once per process."""
-    key = (path, limit)
-    if key not in _VIDEO_FRAMES:
-        from clients.stream.decode import DecodeOptions, open_video
-        from clients.stream.frame import encode_jpeg
-        from clients.stream.sources import parse_source
-
-        video = open_video(parse_source(str(path)), DecodeOptions())
-        try:
-            frames = []
-            for decoded in video.frames(lambda: None):
-                if decoded.image is not None:
-                    frames.append(encode_jpeg(decoded.image))
-                if len(frames) >= limit:
-                    break
-        finally:
-            video.close()
-        if not frames:
-            raise CorpusError(f"no video frames in {path}")
-        _VIDEO_FRAMES[key] = frames
-    return _VIDEO_FRAMES[key]
 
 
 class CameraMixin(TritonUser):
@@ -98,17 +73,20 @@ class CameraMixin(TritonUser):
     abstract = True
 
     def __init__(self, environment: Environment) -> None:
-        super().__init__(environment)
         options = environment.parsed_options
         self.fps = float(getattr(options, "triton_camera_fps", None) or 5.0)
-        video = getattr(options, "triton_video", "") or ""
-        self.images = video_frames(Path(video)) if video else corpus_for(UserSettings.from_options(options))
+        self._video = str(getattr(options, "triton_video", "") or "")
+        super().__init__(environment)
         with _NUMBERS_LOCK:
             number = next(_NUMBERS)
         worker = getattr(environment.runner, "worker_index", 0)
         self.camera = f"camera-{worker}-{number:03d}"
         self._clock: FrameClock | None = None
         self._last = -1
+
+    def load_images(self) -> list[bytes]:
+        """The video's frames (decoded and encoded once per process), else the image corpus."""
+        return video_frames(Path(self._video)) if self._video else super().load_images()
 
     def wait_time(self) -> float:
         return 0.0  # the camera's clock paces it (see frame())

@@ -123,11 +123,15 @@ class TritonUser(User):
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         self.settings = UserSettings.from_options(environment.parsed_options)
-        self.images = corpus_for(self.settings)
+        self.images = self.load_images()
         self._cursor = random.randrange(len(self.images))  # users start at different images
         self._requests: list[Any] = []
         self._split = Splitter()
         self._route: tuple[int, Route] | None = None  # (mtime_ns, route) of the route file
+
+    def load_images(self) -> list[bytes]:
+        """The encoded images this user sends (the process's shared corpus)."""
+        return corpus_for(self.settings)
 
     def model(self) -> str:
         """The model of the next request: the canary for the route's share, else the stable one."""

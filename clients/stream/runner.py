@@ -88,7 +88,7 @@ async def run_streams(specs: Sequence[SourceSpec], settings: StreamSettings, sin
             await _drain(senders, settings.timeout_s)
             for stream in streams:
                 await asyncio.to_thread(stream.reader.join, settings.decode.read_timeout_s + 1)
-                stream.stats.add(dropped=stream.slot.discard())
+                stream.stats.add(left=stream.slot.discard())
     return [s.stats.summary() for s in streams]
 
 

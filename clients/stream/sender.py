@@ -54,7 +54,7 @@ class Sender:
         self._wake.set()
 
     def stop(self) -> None:
-        """Send nothing more; requests in flight still come back (frames left in the slot count as dropped)."""
+        """Send nothing more; requests in flight still come back (a frame left in the slot is counted as left)."""
         self._stopping = True
         self._wake.set()
 
