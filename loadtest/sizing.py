@@ -87,15 +87,16 @@ def ramp(passes: Callable[[int], bool], max_streams: int, start: int = 1) -> int
 
 
 class GeneratedCamera:
-    """A camera that sends pre-encoded JPEGs at ``fps`` forever (``clients.stream``'s Video protocol)."""
+    """A camera that sends pre-encoded JPEGs at ``fps`` forever (``clients.stream``'s Video protocol), starting at
+    frame ``offset`` and ``phase_s`` seconds late."""
 
-    def __init__(self, frames: list[bytes], fps: float, offset: int) -> None:
-        self._frames, self._fps, self._offset = frames, fps, offset
+    def __init__(self, frames: list[bytes], fps: float, offset: int, phase_s: float = 0.0) -> None:
+        self._frames, self._fps, self._offset, self._phase_s = frames, fps, offset, phase_s
 
     def frames(self, on_corrupt: Callable[[], None]) -> Iterator[Decoded]:
         index = 0
         while True:
-            yield Decoded(image=None, pts_s=index / self._fps,
+            yield Decoded(image=None, pts_s=self._phase_s + index / self._fps,
                           jpeg=self._frames[(self._offset + index) % len(self._frames)])
             index += 1
 
@@ -174,7 +175,9 @@ def measure(n: int, target: Target, frames: list[bytes], fps: float, warmup_s: f
     """Run ``n`` generated cameras for warm-up plus window; the window's per-stream summaries and totals."""
     specs = [SourceSpec(name=f"camera-{i + 1:03d}", location=f"generated:{i}", kind="generated") for i in range(n)]
     step = max(1, len(frames) // max(n, 1))
-    cameras = {spec.name: GeneratedCamera(frames, fps, i * step) for i, spec in enumerate(specs)}
+    # Cameras are not synchronised: their frames are spread evenly over one frame interval, as the formula assumes
+    # (in step, every camera's frame would arrive in the same instant and queue behind the others).
+    cameras = {spec.name: GeneratedCamera(frames, fps, i * step, i / (n * fps)) for i, spec in enumerate(specs)}
     settings = StreamSettings(url=target.url, protocol=target.protocol, model=target.model,
                               timeout_s=target.timeout_s, duration_s=warmup_s + window_s, warmup_s=warmup_s,
                               client_options=target.client_options, admin_key=target.admin_key)

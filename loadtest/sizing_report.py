@@ -47,7 +47,7 @@ def run_sizing(target: Target, frames: list[bytes], plan: Ramp) -> dict[str, Any
         found = ramp(lambda n: bool(level(n)["passed"]), plan.max_streams)
     finally:
         watch.stop()
-    t_frame = one["per_stream"][0]["p50_ms"]
+    t_frame = one["per_stream"][0]["mean_ms"]  # the mean, as the formula (and Triton's t_inf) are averages
     t_inf = one.get("t_inf_ms")
     prediction = predicted_streams(t_frame, plan.limits.fps, plan.utilisation) if t_frame else None
     return {
@@ -79,7 +79,7 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         f"largest N within the limits (p95 <= {limits['p95_ms']:g} ms, drop rate <= {limits['max_drop']:.1%}, "
         f"no failures) at {limits['fps']:g} frames/s: {record['measured_streams']} streams",
         f"formula: floor(1 / (t_frame x fps) x U) = {record['predicted_streams']} streams "
-        f"(t_frame {record['t_frame_ms']} ms at one stream"
+        f"(t_frame {record['t_frame_ms']} ms, the mean at one stream"
         + (f" = t_inf {t_inf} ms + alpha {record['alpha_ms']} ms" if t_inf is not None else "")
         + f", U {record['utilisation']:g})",
         "memory peak: server RSS " + ("n/a (not on this machine)" if memory["rss_peak_mb"] is None
@@ -96,6 +96,7 @@ def plot_sizing(record: dict[str, Any], output_png: Path, title: str) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     levels = record["levels"]
     n = [lv["streams"] for lv in levels]
@@ -104,6 +105,7 @@ def plot_sizing(record: dict[str, Any], output_png: Path, title: str) -> Path:
                  label="worst stream p95 (ms)")
     latency.axhline(record["limits"]["p95_ms"], color="tab:red", linestyle=":", label="p95 limit")
     latency.set_xlabel("concurrent streams")
+    latency.xaxis.set_major_locator(MaxNLocator(integer=True))
     latency.set_ylabel("end-to-end p95 (ms)")
     latency.set_ylim(bottom=0)
     drops = latency.twinx()

@@ -94,6 +94,7 @@ class StreamStats:
                 "read": self.read, "skipped": self.skipped, "sent": self.sent, "answered": self.answered,
                 "failed": self.failed, "dropped": self.dropped, "left": self.left,
                 "drop_rate": round(self.dropped / offered, 6) if offered else 0.0,
+                "mean_ms": _rounded(sum(values) / len(values) if values else None),
                 "p50_ms": _rounded(quantile(values, 0.50)), "p95_ms": _rounded(quantile(values, 0.95)),
                 "max_ms": _rounded(values[-1] if values else None),
                 "decode_errors": self.decode_errors, "reconnects": self.reconnects,

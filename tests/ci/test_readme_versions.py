@@ -93,6 +93,7 @@ SOURCES: dict[str, Callable[[], set[str]]] = {
     "nvImageCodec": lambda: lock("nvidia-nvimgcodec-cu13", "stub-gpu") | extra("nvidia-nvimgcodec-cu13", "gpu"),
     "onnx": lambda: extra("onnx", "build"),
     "Locust": lambda: extra("locust", "loadtest"),
+    "PyAV": lambda: extra("av", "client"),
     "OpenTelemetry": lambda: (extra("opentelemetry-api", "client") | extra("opentelemetry-sdk", "dev")
                               | extra("opentelemetry-proto", "dev")
                               | extra("opentelemetry-exporter-otlp-proto-http", "dev")),

@@ -49,10 +49,10 @@ def test_limits_let_the_worst_stream_decide():
 
 
 def test_generated_cameras_start_at_their_own_frame_and_carry_their_time():
-    camera = GeneratedCamera([b"a", b"b", b"c"], fps=5, offset=1)
+    camera = GeneratedCamera([b"a", b"b", b"c"], fps=5, offset=1, phase_s=0.05)
     frames = list(itertools.islice(camera.frames(lambda: None), 4))
     assert [f.jpeg for f in frames] == [b"b", b"c", b"a", b"b"]
-    assert [f.pts_s for f in frames] == [0.0, 0.2, 0.4, pytest.approx(0.6)]
+    assert [f.pts_s for f in frames] == pytest.approx([0.05, 0.25, 0.45, 0.65])
 
 
 def test_the_server_memory_is_the_rss_of_its_process_tree():
@@ -100,7 +100,7 @@ def _record() -> dict:
 def test_the_summary_says_measured_predicted_and_memory():
     lines = summary_lines(_record())
     assert lines[0].endswith(": 3 streams")
-    assert "= 2 streams (t_frame 55.0 ms at one stream = t_inf 30.0 ms + alpha 25.0 ms, U 0.7)" in lines[1]
+    assert "= 2 streams (t_frame 55.0 ms, the mean at one stream = t_inf 30.0 ms + alpha 25.0 ms, U 0.7)" in lines[1]
     assert lines[2] == "memory peak: server RSS 812 MiB, VRAM absent (no NVML or no GPU)"
 
 
