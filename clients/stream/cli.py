@@ -126,7 +126,7 @@ def tls_options(url: str, protocol: str | None, ca_cert: Path | None) -> dict[st
     except OSError as exc:
         raise ClientError(f"cannot read --ca-cert {str(ca_cert)!r}: {exc.strerror or exc}") from None
     if endpoint.protocol == "grpc":
-        return {"root_certificates": pem}
+        return {"root_certificates": str(ca_cert)}  # tritonclient's gRPC client reads the file itself
     import ssl
 
     return {"ssl_context": ssl.create_default_context(cadata=pem.decode("ascii", "replace"))}

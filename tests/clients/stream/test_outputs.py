@@ -85,6 +85,19 @@ def test_cli_help_and_user_errors(capsys, tmp_path):
     assert "--ca-cert needs a grpcs:// or https:// URL" in capsys.readouterr().err
 
 
+def test_ca_certificates_reach_the_grpc_and_http_clients(tmp_path):
+    import ssl
+
+    from clients.stream.cli import tls_options
+    from tests.deploy.conftest import self_signed
+
+    cert = self_signed(tmp_path)
+    assert tls_options("grpcs://h:8444", None, cert) == {"root_certificates": str(cert)}
+    context = tls_options("https://h:8443", None, cert)["ssl_context"]
+    assert isinstance(context, ssl.SSLContext) and context.cert_store_stats()["x509_ca"] >= 0
+    assert tls_options("grpc://h:8001", None, None) == {}
+
+
 def test_cli_says_so_in_one_line_when_no_server_answers(capsys, tmp_path):
     from tests.conftest import free_port
 
