@@ -49,8 +49,8 @@ def rtsp(videos: list[Path], tmp_path: Path):
 
 
 def _settings(triton_server, **changes) -> StreamSettings:
-    return StreamSettings(url=triton_server.grpc_url, model=triton_server.model_name,
-                          admin_key=triton_server.admin_key, **changes)
+    return StreamSettings(**{"url": triton_server.grpc_url, "model": triton_server.model_name,
+                             "admin_key": triton_server.admin_key, **changes})
 
 
 def test_four_cameras_at_five_fps_answer_every_stream_without_errors(triton_server, rtsp, tmp_path):
@@ -145,13 +145,15 @@ def test_broken_and_unreachable_sources_are_reported_by_name_while_the_others_ru
         assert any(f"stream {name}:" in r.getMessage() for r in caplog.records), f"no error logged for {name}"
 
 
-def test_stream_detections_equal_the_still_image_clients_for_the_same_frames(triton_server, rtsp, videos):
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_stream_detections_equal_the_still_image_clients_for_the_same_frames(triton_server, rtsp, videos, protocol):
     """The same JPEG bytes both ways: the stream's frame k, and frame k of the file decoded and encoded here."""
     import av
 
     answers: list[Answer] = []
     spec = parse_source(f"cam2={rtsp.url('cam2')}")
-    asyncio.run(run_streams([spec], _settings(triton_server, duration_s=6.0), [answers.append]))
+    url = triton_server.grpc_url if protocol == "grpc" else f"http://{triton_server.http_url}"
+    asyncio.run(run_streams([spec], _settings(triton_server, duration_s=6.0, url=url), [answers.append]))
     assert len(answers) >= 10
     with av.open(str(videos[2])) as container:
         local = [frame.to_ndarray(format="bgr24") for frame in container.decode(video=0)]
