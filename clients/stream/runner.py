@@ -86,10 +86,18 @@ async def run_streams(specs: Sequence[SourceSpec], settings: StreamSettings, sin
             for stream in streams:
                 stream.sender.stop()
             await _drain(senders, settings.timeout_s)
+            await asyncio.to_thread(_join, [s.reader for s in streams], settings.decode.read_timeout_s + 1)
             for stream in streams:
-                await asyncio.to_thread(stream.reader.join, settings.decode.read_timeout_s + 1)
                 stream.stats.add(left=stream.slot.discard())
     return [s.stats.summary() for s in streams]
+
+
+def _join(readers: Sequence[Reader], timeout_s: float) -> None:
+    """Wait for the readers together, at most ``timeout_s`` in all: one blocked in a silent source's read leaves
+    within its read timeout, and a daemon thread that does not cannot hold the process."""
+    deadline = time.monotonic() + timeout_s
+    for reader in readers:
+        reader.join(max(0.0, deadline - time.monotonic()))
 
 
 def _make(spec: SourceSpec, settings: StreamSettings, opener: Opener | None, detect: Any, emit: Sink,
