@@ -22,7 +22,7 @@ import pytest
 
 from clients import DetectionClient
 from clients.stream import Answer, StreamSettings, encode_jpeg, parse_source, parse_sources, run_streams
-from tests.conftest import free_port
+from generator.server.ports import free_port
 from tests.integration.rtsp import FPS, RtspServer, write_scene_video
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from generator.server.ports import free_port
 from loadtest.sizing import predicted_streams
-from tests.conftest import free_port
 from tests.integration.rtsp import write_scene_video
 
 pytestmark = pytest.mark.integration

@@ -99,7 +99,7 @@ def test_ca_certificates_reach_the_grpc_and_http_clients(tmp_path):
 
 
 def test_cli_says_so_in_one_line_when_no_server_answers(capsys, tmp_path):
-    from tests.conftest import free_port
+    from generator.server.ports import free_port
 
     video = tmp_path / "a.mp4"
     video.write_bytes(b"x")

@@ -15,7 +15,7 @@ from clients.stream.reader import Reader, ReaderSettings
 from clients.stream.slot import LatestSlot
 from clients.stream.sources import parse_source
 from clients.stream.stats import StreamStats
-from tests.conftest import free_port
+from generator.server.ports import free_port
 
 
 def write_video(path: Path, frames: int, fps: int = 5) -> Path:
