@@ -17,6 +17,7 @@ COMMANDS = {
     "compare": ("compare", "Two running servers in alternating windows: before/after throughput and latency."),
     "soak": ("soak", "Long steady traffic with bad images; fails when memory, fds or /dev/shm keep growing."),
     "versus": ("versus", "The served ensemble against the same ONNX in-process (and Ultralytics), paired rounds."),
+    "sizing": ("sizing", "Ramp camera streams at --fps: the largest N within --p95-ms and --max-drop, beside the formula."),
     "nms-bench": ("nms_bench", "NMS in the detector graph (--nms-in-graph) against the Python nms step, paired."),
 }
 

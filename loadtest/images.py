@@ -82,3 +82,34 @@ def build_corpus(folder: Path | None, sizes_spec: str = DEFAULT_SIZES, per_size:
     if folder is not None:
         return load_folder(folder)
     return synthetic_images(parse_sizes(sizes_spec), per_size=per_size, seed=seed)
+
+
+_VIDEO_FRAMES: dict[tuple[Path, int], list[bytes]] = {}
+
+
+def video_frames(path: Path, limit: int = 600) -> list[bytes]:
+    """The first ``limit`` frames of a video file, decoded with PyAV and JPEG-encoded once per process."""
+    key = (path, limit)
+    if key not in _VIDEO_FRAMES:
+        from clients.errors import ClientError
+        from clients.stream.decode import DecodeOptions, open_video
+        from clients.stream.frame import encode_jpeg
+        from clients.stream.sources import parse_source
+
+        try:
+            video = open_video(parse_source(str(path)), DecodeOptions())
+        except ClientError as exc:
+            raise CorpusError(str(exc)) from None
+        try:
+            frames = []
+            for decoded in video.frames(lambda: None):
+                if decoded.image is not None:
+                    frames.append(encode_jpeg(decoded.image))
+                if len(frames) >= limit:
+                    break
+        finally:
+            video.close()
+        if not frames:
+            raise CorpusError(f"no video frames in {path}")
+        _VIDEO_FRAMES[key] = frames
+    return _VIDEO_FRAMES[key]

@@ -29,6 +29,7 @@ from .target import address_of, default_metrics_url
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 PROJECT_ROOT = LOCUSTFILE.parents[1]
 USER_CLASSES = {"grpc": "GrpcDetectionUser", "http": "HttpDetectionUser"}
+CAMERA_CLASSES = {"grpc": "GrpcCameraUser", "http": "HttpCameraUser"}
 Role = Literal["local", "master", "worker"]
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 
@@ -69,6 +70,8 @@ class LocustRun:
     master_host: str = "127.0.0.1"
     master_port: int = 5557
     master_bind_host: str = "*"
+    camera_fps: float | None = None  # camera users (one user = one camera at this rate) instead of closed loop
+    video: Path | None = None  # the cameras' frames, from a video file
 
     def __post_init__(self) -> None:
         if self.protocol not in USER_CLASSES:
@@ -79,6 +82,10 @@ class LocustRun:
             raise LoadTestError(f"image folder not found: {self.images}")
         parse_sizes(self.sizes)  # fail here, not inside every Locust user
         address_of(self.url, self.protocol)  # a bad URL is a user error now, not a failure per request
+        if self.camera_fps is not None and not self.camera_fps > 0:
+            raise LoadTestError("--camera-fps must be a positive number of frames per second")
+        if self.video is not None and (self.camera_fps is None or not self.video.is_file()):
+            raise LoadTestError(f"--video needs --camera-fps and an existing file: {self.video}")
         if self.role == "master" and self.expect_workers < 1:
             raise LoadTestError("--master needs --expect-workers N (N >= 1)")
 
@@ -95,8 +102,9 @@ class LocustRun:
 
 def locust_command(run: LocustRun, role: Role) -> list[str]:
     """The Locust command line for one process of ``run`` (``local``, ``master`` or ``worker``)."""
+    classes = CAMERA_CLASSES if run.camera_fps is not None else USER_CLASSES
     command = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), USER_CLASSES[run.protocol],
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), classes[run.protocol],
         "--host", run.url,
         "--triton-model", run.model,
         "--triton-sizes", run.sizes,
@@ -107,6 +115,10 @@ def locust_command(run: LocustRun, role: Role) -> list[str]:
     ]
     if run.images is not None:
         command += ["--triton-images", str(run.images.resolve())]
+    if run.camera_fps is not None:
+        command += ["--triton-camera-fps", str(run.camera_fps)]
+    if run.video is not None:
+        command += ["--triton-video", str(run.video.resolve())]
     if role == "worker":
         return [*command, "--worker", "--master-host", run.master_host, "--master-port", str(run.master_port)]
     command += [
@@ -269,6 +281,21 @@ def _summary(run: LocustRun, info: dict[str, Any], point: LatencyPoint, health: 
         "health": health,
         "thresholds": {"sla_p95_ms": run.sla_p95_ms, "max_fail_ratio": run.max_fail_ratio, "breaches": breaches,
                        "passed": not breaches},
+        "cameras": camera_summary(info.get("cameras"), run.camera_fps),
+    }
+
+
+def camera_summary(rows: list[dict[str, Any]] | None, fps: float | None) -> dict[str, Any] | None:
+    """Camera runs: every camera's row, and the fleet at a glance (worst p95, drop rate overall and worst)."""
+    if not rows:
+        return None
+    frames = sum(int(r["frames"]) for r in rows)
+    p95s = [r["p95_ms"] for r in rows if r["p95_ms"] is not None]
+    return {
+        "fps": fps, "count": len(rows), "frames": frames, "dropped": sum(int(r["dropped"]) for r in rows),
+        "drop_rate": round(sum(int(r["dropped"]) for r in rows) / frames, 4) if frames else 0.0,
+        "worst_drop_rate": max(float(r["drop_rate"]) for r in rows),
+        "worst_p95_ms": max(p95s) if p95s else None, "per_camera": rows,
     }
 
 
@@ -315,6 +342,11 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         f"run {'valid' if h['valid'] else 'NOT valid'}",
     ]
     lines += [f"  invalid: {reason}" for reason in h["reasons"]]
+    cameras = summary.get("cameras")
+    if cameras:
+        lines.append(f"{cameras['count']} cameras at {cameras['fps']:g} frames/s: {cameras['frames']} frames due, "
+                     f"{cameras['dropped']} dropped ({cameras['drop_rate']:.1%}; worst camera "
+                     f"{cameras['worst_drop_rate']:.1%}), worst camera p95 {ms(cameras['worst_p95_ms'])}")
     if summary["triton"]:
         lines += stages_table({k: StageStats(**v) for k, v in summary["triton"].items()})
     lines += [f"note: {p}" for p in summary["problems"]]

@@ -21,6 +21,7 @@ from locust.env import Environment
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parents[1]))
 
+from loadtest.camera import BOOK, CameraGrpcUser, CameraHttpUser, camera_report
 from loadtest.users import TritonGrpcUser, TritonHttpUser, add_locust_arguments, quitting_report
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,24 @@ class GrpcDetectionUser(TritonGrpcUser):
 
 class HttpDetectionUser(TritonHttpUser):
     """The ensemble over HTTP (tritonclient.http codec on geventhttpclient)."""
+
+
+class GrpcCameraUser(CameraGrpcUser):
+    """One camera at --triton-camera-fps over gRPC: latest-frame-wins, one request in flight."""
+
+
+class HttpCameraUser(CameraHttpUser):
+    """One camera at --triton-camera-fps over HTTP."""
+
+
+@events.report_to_master.add_listener
+def _camera_counts_to_master(client_id: str, data: dict[str, Any]) -> None:
+    data["triton_cameras"] = BOOK.take_report()
+
+
+@events.worker_report.add_listener
+def _camera_counts_from_worker(client_id: str, data: dict[str, Any]) -> None:
+    BOOK.merge(data.get("triton_cameras", {}))
 
 
 _max_users = 0
@@ -59,6 +78,8 @@ def _spawned(user_count: int, **_: Any) -> None:
 @events.quitting.add_listener
 def _quitting(environment: Environment, **_: Any) -> None:
     info = quitting_report(environment, _max_users, _workers)
+    if BOOK.counts and info["runner"] != "WorkerRunner":
+        info["cameras"] = camera_report(environment)
     path = getattr(environment.parsed_options, "triton_runinfo", "")
     if path and info["runner"] != "WorkerRunner":
         Path(path).write_text(json.dumps(info, indent=2))

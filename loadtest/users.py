@@ -57,6 +57,10 @@ def add_locust_arguments(parser: Any) -> None:
     group.add_argument("--triton-route-file", env_var="LOADTEST_ROUTE_FILE", default="",
                        help="follow the stable/canary split `generator rollout` publishes (routing.json): that share "
                             "of the requests goes to the canary version, reported under its name")
+    group.add_argument("--triton-camera-fps", env_var="LOADTEST_CAMERA_FPS", type=float, default=5.0,
+                       help="camera users: frames per second of each camera")
+    group.add_argument("--triton-video", env_var="LOADTEST_VIDEO", default="",
+                       help="camera users: a video file whose frames they send (default: the image corpus)")
     group.add_argument("--triton-runinfo", env_var="LOADTEST_RUNINFO", default="",
                        help="write run facts (users, CPU warnings, totals) as JSON here when Locust quits")
 
@@ -119,11 +123,15 @@ class TritonUser(User):
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         self.settings = UserSettings.from_options(environment.parsed_options)
-        self.images = corpus_for(self.settings)
+        self.images = self.load_images()
         self._cursor = random.randrange(len(self.images))  # users start at different images
         self._requests: list[Any] = []
         self._split = Splitter()
         self._route: tuple[int, Route] | None = None  # (mtime_ns, route) of the route file
+
+    def load_images(self) -> list[bytes]:
+        """The encoded images this user sends (the process's shared corpus)."""
+        return corpus_for(self.settings)
 
     def model(self) -> str:
         """The model of the next request: the canary for the route's share, else the stable one."""

@@ -29,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-generator-cpu", type=float, default=90.0,
                         help="mark the run invalid if a Locust process averages more than this %% of a core")
     parser.add_argument("--out", type=Path, default=Path("runs") / "locust", help="report folder")
+    camera = parser.add_argument_group("cameras (one user = one camera)")
+    camera.add_argument("--camera-fps", type=float, default=None, metavar="F",
+                        help="camera users at F frames/s each, latest-frame-wins (default: closed-loop users)")
+    camera.add_argument("--video", type=Path, default=None, help="the cameras send this video's frames "
+                        "(default: --images or synthetic scenes)")
     dist = parser.add_argument_group("distributed mode")
     role = dist.add_mutually_exclusive_group()
     role.add_argument("--master", action="store_true", help="run the Locust master (reports are written here)")
@@ -49,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         max_fail_ratio=args.max_fail_ratio, max_generator_cpu=args.max_generator_cpu, think_ms=args.think_ms,
         timeout_s=args.timeout, role="master" if args.master else "worker" if args.worker else "local",
         expect_workers=args.expect_workers, local_workers=args.local_workers, master_host=args.master_host,
-        master_port=args.master_port, master_bind_host=args.master_bind_host,
+        master_port=args.master_port, master_bind_host=args.master_bind_host, camera_fps=args.camera_fps,
+        video=args.video,
     )
     if args.worker:
         return run_worker(config)

@@ -94,6 +94,7 @@ SOURCES: dict[str, Callable[[], set[str]]] = {
     "onnx": lambda: extra("onnx", "build"),
     "Locust": lambda: extra("locust", "loadtest"),
     "Ultralytics": lambda: extra("ultralytics", "reference"),
+    "PyAV": lambda: extra("av", "client"),
     "OpenTelemetry": lambda: (extra("opentelemetry-api", "client") | extra("opentelemetry-sdk", "dev")
                               | extra("opentelemetry-proto", "dev")
                               | extra("opentelemetry-exporter-otlp-proto-http", "dev")),

@@ -210,3 +210,26 @@ def test_the_rendered_locust_users_load_the_pod_through_the_proxy(pod: Pod, tmp_
     total = rows["Aggregated"]
     assert int(total["Request Count"]) > 10 and int(total["Failure Count"]) == 0, result.stderr[-2000:]
     print(f"\n{user} via {scheme}: {total['Request Count']} requests, median {total['Median Response Time']} ms")
+
+
+@pytest.mark.parametrize("scheme", ["grpcs", "https"])
+def test_the_stream_client_goes_through_the_proxy_with_its_ca_certificate(pod: Pod, tmp_path: Path,
+                                                                          scheme: str) -> None:
+    """``python -m clients.stream --ca-cert``: a video file's frames through TLS, verified with the proxy's cert."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.integration.rtsp import write_scene_video
+
+    video = write_scene_video(tmp_path / "clip.mp4", 8, seed=11, fps=10)
+    port = pod.settings.proxy_grpc_port if scheme == "grpcs" else pod.settings.proxy_http_port
+    result = subprocess.run(
+        [sys.executable, "-m", "clients.stream", f"clip={video}", "--url", f"{scheme}://localhost:{port}",
+         "--ca-cert", str(pod.ca), "--model", pod.settings.model_name, "--timeout", "30", "--in-flight", "2",
+         "--summary-json", str(tmp_path / "summary.json")],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (summary,) = json.loads((tmp_path / "summary.json").read_text())["streams"]
+    assert summary["answered"] >= 4 and summary["failed"] == 0, summary
+    assert len(result.stdout.splitlines()) == summary["answered"]
