@@ -1,0 +1,366 @@
+"""Offline installs of the embedded server: one archive made on a connected machine, installed with no index.
+
+``python -m generator archive --stub-env gpu --python 3.12 --machine x86_64 [--runtime client,loadtest]
+[--split 50M]`` writes ``tde-offline-<stub>-py<X.Y>-<machine>.tar`` (or its numbered parts, archive_parts.py):
+
+    tde-offline.json   the index, first: format, target, the lock's name and sha256, every member's size and sha256
+    triton/            the nvidia-pytriton wheel that carries Triton 2.51 (sha256 pinned in embedded.py)
+    stub/              the wheels of locks/stub-<cpu|gpu>.txt for that Python and machine (sha256 in the lock)
+    runtime/           optional: this project's wheel and its extras' dependencies for that platform, with a
+                       requirements.txt; what the target already has (``--present FILE``) is left out
+
+The wheels are the published files, uncompressed in the tar (they are zip files already: xz gains 2 %), so the
+lock's hashes hold on the target. ``python -m generator serve --prepare --from-archive FILE|PART`` reads it once
+into a temporary folder and checks everything before it installs anything: every part present and whole, the
+index first, the target this machine's Python and architecture, the lock the one of this checkout, every member
+listed with its size and sha256, nothing unlisted, nothing missing, each stub wheel's sha256 one the lock pins,
+the server wheel's the pinned one. Only then are the server unpacked, the stub environment made with
+``pip --no-index --require-hashes`` from those wheels, and the runtime environment (a venv that sees the invoking
+interpreter's packages and adds the carried ones) made. A refused archive names the problem and installs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import platform
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from generator import __version__
+from generator.errors import ServerError
+from generator.server.archive_parts import CHUNK, PartsReader, find_parts, split_file
+from generator.server.embedded import (
+    PYTRITON_VERSION,
+    STUB_PYTHONS,
+    WHEEL_PLATFORM,
+    WHEEL_SHA256,
+    ServerInstall,
+    ensure_server,
+    verify_wheel,
+)
+from generator.server.environments import (
+    STUB_ENVIRONMENTS,
+    Environment,
+    LockedEnvironment,
+    ensure_environment,
+    ensure_runtime,
+)
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+INDEX = "tde-offline.json"
+PROJECT = "triton-detection-ensemble"
+_MEMBER = re.compile(r"^(triton|stub|runtime)/[A-Za-z0-9._+-]+$")
+_LOCK_PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)")
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The machine an archive is for: its Python (X.Y), architecture and stub environment."""
+
+    python: str
+    machine: str
+    stub: str
+
+    def __post_init__(self) -> None:
+        if self.stub not in STUB_ENVIRONMENTS:
+            raise ServerError(f"--stub-env is one of {', '.join(STUB_ENVIRONMENTS)}, not {self.stub!r}")
+        if self.machine not in WHEEL_SHA256:
+            raise ServerError(f"the embedded Triton exists for {', '.join(WHEEL_SHA256)}, not {self.machine!r}")
+        if self.python not in STUB_PYTHONS:
+            raise ServerError(f"the embedded Triton has stubs for Python {', '.join(STUB_PYTHONS)}, not {self.python!r}")
+        wanted = ".".join(map(str, self.locked.min_python))
+        if tuple(int(p) for p in self.python.split(".")) < self.locked.min_python:
+            raise ServerError(f"the {self.locked.name} environment needs Python >= {wanted}, not {self.python}")
+
+    @classmethod
+    def here(cls, stub: str) -> Target:
+        return cls(f"{sys.version_info.major}.{sys.version_info.minor}", platform.machine(), stub)
+
+    @property
+    def locked(self) -> LockedEnvironment:
+        return STUB_ENVIRONMENTS[self.stub]
+
+    @property
+    def stem(self) -> str:
+        return f"tde-offline-{self.stub}-py{self.python}-{self.machine}"
+
+    def pip_platform(self) -> list[str]:
+        """pip download arguments for wheels of this target (glibc 2.17 .. 2.39, CPython ``python``)."""
+        tags = [f"manylinux_2_{minor}_{self.machine}" for minor in (39, 35, 34, 31, 28, 27, 26, 24, 17)]
+        tags += [f"manylinux2014_{self.machine}"] + ([f"manylinux1_{self.machine}"] if self.machine == "x86_64" else [])
+        return ["--only-binary=:all:", "--python-version", self.python, "--implementation", "cp",
+                *(arg for tag in tags for arg in ("--platform", tag))]
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """The project's own runtime for the target: its extras, minus what the target has (``name[==version]``)."""
+
+    extras: tuple[str, ...]
+    present: tuple[str, ...] = ()
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_project(filename: str) -> str:
+    return canonical(filename.split("-", 1)[0])
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def lock_hashes(lock_text: str) -> dict[str, str]:
+    """sha256 -> the pinned ``name==version`` it belongs to, for every hash of a lock file."""
+    hashes: dict[str, str] = {}
+    for entry in re.split(r"\n(?=[A-Za-z])", lock_text):
+        pin = _LOCK_PIN.match(entry.strip())
+        if pin:
+            hashes.update(dict.fromkeys(_HASH.findall(entry), f"{canonical(pin.group(1))}=={pin.group(2)}"))
+    return hashes
+
+
+# --- making an archive (a connected machine) ------------------------------------------------------------------
+
+
+def _pip_download(target: Target, destination: Path, *args: str) -> None:
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-input",
+               *target.pip_platform(), "--dest", str(destination), *args]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ServerError(f"pip download {' '.join(args)} failed for Python {target.python} on {target.machine} "
+                          f"(check access to the package index): {result.stderr.strip()[-500:]}")
+
+
+def _download_runtime(target: Target, spec: RuntimeSpec, destination: Path, scratch: Path) -> None:
+    """This project's wheel (built from the checkout) and its extras' dependencies for the target, minus
+    what the target has; a ``requirements.txt`` that installs them."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file():
+        raise ServerError("--runtime builds this project's wheel: run python -m generator archive from a checkout")
+    destination.mkdir(parents=True)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(root), "-w",
+                            str(destination)], capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        raise ServerError(f"could not build this project's wheel: {built.stderr.strip()[-400:]}")
+    requirement = f"{PROJECT}[{','.join(spec.extras)}]=={__version__}" if spec.extras else f"{PROJECT}=={__version__}"
+    constraints = scratch / "present.txt"
+    constraints.write_text("".join(f"{line}\n" for line in spec.present if "==" in line))
+    _pip_download(target, destination, "--find-links", str(destination), "-c", str(constraints), requirement)
+    present = {canonical(re.split(r"[=<>!~ ;\[]", line, maxsplit=1)[0]) for line in spec.present}
+    for wheel in destination.glob("*.whl"):
+        if wheel_project(wheel.name) in present:
+            wheel.unlink()
+    (destination / "requirements.txt").write_text(requirement + "\n")
+
+
+def _members(root: Path) -> dict[str, Path]:
+    return {path.relative_to(root).as_posix(): path for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def make_archive(target: Target, output: Path, runtime: RuntimeSpec | None = None,
+                 split_bytes: int | None = None) -> list[Path]:
+    """Download what the target needs and write the archive into ``output``: its path, or its parts."""
+    output.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output, prefix=".tde-archive-") as tmp:
+        payload = Path(tmp) / "payload"
+        (payload / "stub").mkdir(parents=True)
+        _pip_download(target, payload / "triton", "--no-deps", "--platform", WHEEL_PLATFORM[target.machine],
+                      f"nvidia-pytriton=={PYTRITON_VERSION}")
+        (wheel,) = (payload / "triton").glob("*.whl")
+        verify_wheel(wheel, target.machine)
+        _pip_download(target, payload / "stub", "--no-deps", "--require-hashes", "-r", str(target.locked.lock))
+        if runtime is not None:
+            _download_runtime(target, runtime, payload / "runtime", Path(tmp))
+        members = _members(payload)
+        index = {"format": FORMAT, "tool_version": __version__, "target": target.__dict__,
+                 "lock": {"name": target.locked.lock.name, "sha256": target.locked.digest()},
+                 "runtime": list(runtime.extras) if runtime else None,
+                 "files": {name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for name, p in members.items()}}
+        staged = Path(tmp) / f"{target.stem}.tar"
+        _write_tar(staged, index, members)
+        final = output / staged.name
+        for old in [final, *output.glob(f"{final.name}.*-of-*")]:
+            old.unlink(missing_ok=True)
+        staged.rename(final)
+    return split_file(final, split_bytes) if split_bytes else [final]
+
+
+def _write_tar(path: Path, index: dict[str, Any], members: dict[str, Path]) -> None:
+    data = json.dumps(index, indent=1, sort_keys=True).encode()
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(INDEX)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+        for name, source in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = source.stat().st_size, 0o644
+            with source.open("rb") as handle:
+                tar.addfile(info, handle)
+
+
+# --- verifying and installing (the offline machine) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifiedArchive:
+    """An archive read into ``root`` with every check passed."""
+
+    root: Path
+    index: dict[str, Any]
+    target: Target
+
+    @property
+    def server_wheel(self) -> Path:
+        (wheel,) = (self.root / "triton").glob("*.whl")
+        return wheel
+
+    @property
+    def runtime(self) -> Path | None:
+        folder = self.root / "runtime"
+        return folder if (folder / "requirements.txt").is_file() else None
+
+
+@dataclass(frozen=True)
+class Installed:
+    server: ServerInstall
+    stub: Environment
+    stub_name: str
+    runtime: Environment | None
+
+
+def _refuse(archive: str, problem: str) -> ServerError:
+    return ServerError(f"refusing the archive {archive}: {problem}; nothing was installed")
+
+
+def _read_index(tar: tarfile.TarFile, name: str) -> dict[str, Any]:
+    first = tar.next()
+    if first is None or first.name != INDEX or not first.isfile() or first.size > 1 << 22:
+        raise _refuse(name, f"it does not start with {INDEX} (not an archive of python -m generator archive)")
+    handle = tar.extractfile(first)
+    try:
+        index = json.loads(handle.read() if handle else b"")
+    except ValueError:
+        raise _refuse(name, f"its {INDEX} is not valid JSON") from None
+    if not isinstance(index, dict) or index.get("format") != FORMAT or not isinstance(index.get("files"), dict):
+        raise _refuse(name, f"its {INDEX} is not format {FORMAT}")
+    return index
+
+
+def _check_target(index: dict[str, Any], name: str) -> Target:
+    try:
+        target = Target(**index["target"])
+    except (TypeError, KeyError, ServerError) as exc:
+        raise _refuse(name, f"its target is unusable ({exc})") from None
+    here = Target.here(target.stub)
+    if (target.python, target.machine) != (here.python, here.machine):
+        raise _refuse(name, f"it is for Python {target.python} on {target.machine}, this is Python {here.python} on "
+                            f"{here.machine}; make one with python -m generator archive --python {here.python} "
+                            f"--machine {here.machine} --stub-env {target.stub}")
+    lock = index.get("lock") or {}
+    if lock.get("sha256") != target.locked.digest():
+        raise _refuse(name, f"it was made from another {target.locked.lock.name} (sha256 {lock.get('sha256')}, "
+                            f"this checkout's is {target.locked.digest()}); make it again with this version")
+    return target
+
+
+def _copy_member(tar: tarfile.TarFile, member: tarfile.TarInfo, expected: dict[str, Any], root: Path,
+                 name: str) -> None:
+    if not member.isfile() or not _MEMBER.match(member.name):
+        raise _refuse(name, f"it holds {member.name!r}, which is not a file the index lists")
+    target = root / member.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    source = tar.extractfile(member)
+    assert source is not None  # a regular file
+    with target.open("wb") as sink:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            sink.write(chunk)
+    if member.size != expected["size"] or digest.hexdigest() != expected["sha256"]:
+        raise _refuse(name, f"{member.name} has sha256 {digest.hexdigest()} ({member.size} bytes), the index says "
+                            f"{expected['sha256']} ({expected['size']} bytes): it was altered or damaged")
+
+
+def _check_pins(archive: VerifiedArchive, name: str) -> None:
+    """Each stub wheel must be one the lock pins (its sha256 among the lock's); the server wheel the pinned one."""
+    pins = lock_hashes(archive.target.locked.lock.read_text())
+    for wheel in sorted((archive.root / "stub").glob("*")):
+        if sha256_file(wheel) not in pins:
+            raise _refuse(name, f"stub/{wheel.name} is not a wheel {archive.target.locked.lock.name} pins "
+                                "(its sha256 is none of the lock's)")
+    wheels = list((archive.root / "triton").glob("*.whl"))
+    if len(wheels) != 1:
+        raise _refuse(name, f"it holds {len(wheels)} server wheels, not one")
+    try:
+        verify_wheel(wheels[0], archive.target.machine)
+    except ServerError as exc:
+        raise _refuse(name, str(exc)) from None
+
+
+def verify_archive(given: Path, root: Path) -> VerifiedArchive:
+    """Read the archive (one file or the parts ``given`` belongs to) into ``root``, checking everything."""
+    parts = find_parts(given)
+    name = given.name
+    reader = PartsReader(parts)
+    try:
+        with tarfile.open(fileobj=reader, mode="r|") as tar:
+            index = _read_index(tar, name)
+            target = _check_target(index, name)
+            seen: set[str] = set()
+            while (member := tar.next()) is not None:  # iterating the TarFile would start over
+                expected = index["files"].get(member.name)
+                if expected is None or member.name in seen:
+                    raise _refuse(name, f"it holds {member.name!r}, which its index does not list (once)")
+                _copy_member(tar, member, expected, root, name)
+                seen.add(member.name)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        where = f" in {reader.current_name}" if reader.current_name else ""
+        raise _refuse(name, f"it is truncated or damaged{where} ({exc})") from None
+    missing = sorted(set(index["files"]) - seen)
+    if missing:
+        raise _refuse(name, f"it is partial: {len(missing)} listed file(s) missing, first {missing[0]}")
+    archive = VerifiedArchive(root, index, target)
+    _check_pins(archive, name)
+    return archive
+
+
+def install_archive(given: Path, cache: Path, stub: str | None = None) -> Installed:
+    """Verify the archive, then unpack the server and make the stub (and runtime) environments from it;
+    ``stub`` ("cpu", "gpu") refuses an archive of the other stub environment."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".tde-offline-") as tmp:
+        archive = verify_archive(given, Path(tmp))
+        if stub is not None and stub != archive.target.stub:
+            raise _refuse(given.name, f"it holds the {archive.target.locked.name} environment, not stub-{stub}")
+        logger.info("Archive %s verified: %d files, for Python %s on %s, %s environment", given.name,
+                    len(archive.index["files"]), archive.target.python, archive.target.machine, archive.target.stub)
+        server = ensure_server(archive.server_wheel)
+        stub = ensure_environment(archive.target.locked, cache, wheelhouse=archive.root / "stub")
+        runtime = None
+        if archive.runtime is not None:
+            runtime = ensure_runtime(cache, archive.runtime, _runtime_digest(archive.index))
+    return Installed(server, stub, archive.target.locked.name, runtime)
+
+
+def _runtime_digest(index: dict[str, Any]) -> str:
+    runtime = {name: entry["sha256"] for name, entry in sorted(index["files"].items()) if name.startswith("runtime/")}
+    return hashlib.sha256(json.dumps(runtime, sort_keys=True).encode()).hexdigest()
