@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-grace-s", type=float, default=5.0,
                         help="seconds an unhealthy server gets after SIGTERM before it is killed and restarted")
     parser.add_argument("--watchdog-metrics-port", type=int, default=WATCHDOG_METRICS_PORT,
-                        help="the watchdog's Prometheus metrics (restarts by reason, failed probes) on 127.0.0.1 "
-                             "at this port; 0: off")
+                        help="the watchdog's Prometheus metrics (restarts by reason, failed probes) and the GPUs' "
+                             "(NVML: utilisation, memory, power, energy, temperature, clocks, throttling) on "
+                             "127.0.0.1 at this port; 0: off")
     parser.add_argument("--trace-otlp", metavar="URL",
                         help="send OpenTelemetry traces to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318/v1/traces); "
                              "requests carrying a W3C traceparent are always traced")
@@ -59,10 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "server cache on first use); auto: gpu when a Python model has KIND_GPU instances")
     parser.add_argument("--prepare", action="store_true",
                         help="only fetch the server and make the stub environment, then exit (for images, offline use)")
-    parser.add_argument("--from-archive", type=Path, metavar="FILE",
-                        help="with --prepare, on a machine with no package index: install the server, the stub "
-                             "environment (and the project runtime, if carried) from an archive of python -m "
-                             "generator archive (the file, or any of its parts), verifying every hash first")
 
 
 def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_port: int) -> None:
@@ -95,25 +92,7 @@ def _prepare(stub: LockedEnvironment, repository: Path) -> int:
     return 0
 
 
-def _prepare_offline(args: argparse.Namespace) -> int:
-    from generator.server.embedded import cache_root
-    from generator.server.offline import install_archive
-
-    if not args.prepare:
-        raise ServerError("--from-archive installs ahead of serving: use it with --prepare")
-    installed = install_archive(args.from_archive, cache_root(), None if args.stub_env == "auto" else args.stub_env)
-    print(f"Triton {TRITON_VERSION} in {installed.server.root}; {installed.stub_name} environment in "
-          f"{installed.stub.root} (verified against {installed.stub_name}.txt), installed with no package index",
-          flush=True)
-    if installed.runtime is not None:
-        print(f"Project runtime: {installed.runtime.python} (run python -m generator, loadtest and clients with it)",
-              flush=True)
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.from_archive is not None:
-        return _prepare_offline(args)
     repositories: list[Path] = args.model_repository or [Path("model_repository")]
     stub = stub_environment_for(repositories) if args.stub_env == "auto" else STUB_ENVIRONMENTS[args.stub_env]
     if args.prepare:

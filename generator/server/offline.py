@@ -354,11 +354,11 @@ def install_archive(given: Path, cache: Path, stub: str | None = None) -> Instal
         logger.info("Archive %s verified: %d files, for Python %s on %s, %s environment", given.name,
                     len(archive.index["files"]), archive.target.python, archive.target.machine, archive.target.stub)
         server = ensure_server(archive.server_wheel)
-        stub = ensure_environment(archive.target.locked, cache, wheelhouse=archive.root / "stub")
+        environment = ensure_environment(archive.target.locked, cache, wheelhouse=archive.root / "stub")
         runtime = None
         if archive.runtime is not None:
             runtime = ensure_runtime(cache, archive.runtime, _runtime_digest(archive.index))
-    return Installed(server, stub, archive.target.locked.name, runtime)
+    return Installed(server, environment, archive.target.locked.name, runtime)
 
 
 def _runtime_digest(index: dict[str, Any]) -> str:

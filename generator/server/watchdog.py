@@ -278,15 +278,17 @@ class WatchdogMetrics:
         return "\n".join(lines) + "\n"
 
 
-def serve_metrics(metrics: WatchdogMetrics, host: str, port: int) -> http.server.ThreadingHTTPServer:
-    """Serve ``GET /metrics`` on a daemon thread; ``shutdown()`` the returned server to stop."""
+def serve_metrics(metrics: WatchdogMetrics, host: str, port: int,
+                  extra: Callable[[], str] | None = None) -> http.server.ThreadingHTTPServer:
+    """Serve ``GET /metrics`` on a daemon thread; ``shutdown()`` the returned server to stop. ``extra`` adds
+    more series (``generator serve``: the GPUs', gpu_metrics.py)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
-            body = metrics.render().encode()
+            body = (metrics.render() + (extra() if extra else "")).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
