@@ -140,3 +140,25 @@ def test_served_by_the_watchdog_endpoint_and_alone() -> None:
     finally:
         endpoint.shutdown()
         alone.shutdown()
+
+
+def test_the_supervising_watchdog_labels_the_servers_gpu_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``watchdog.py supervise --metrics-port``: the GPU series with the server process named (none without NVML)."""
+    import subprocess
+
+    from generator.server import watchdog
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        supervisor = watchdog.Supervisor(lambda: child, "127.0.0.1:1", ["m"], watchdog.WatchPolicy())
+        supervisor.child = child
+        monkeypatch.setitem(sys.modules, "pynvml", None)
+        assert watchdog.gpu_series(supervisor) is None
+        monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([FakeGpu("GPU-a", processes=[(child.pid, 7 * 2**20)])]))
+        series = watchdog.gpu_series(supervisor)
+        assert series is not None
+        got = values(series())
+        assert got[("gpu_process_memory_bytes", (("gpu", "0"), ("model", "tritonserver"), ("uuid", "GPU-a")))] == 7 * 2**20
+    finally:
+        child.kill()
+        child.wait()
