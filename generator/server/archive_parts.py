@@ -68,7 +68,7 @@ def find_parts(given: Path) -> list[Path]:
     if missing:
         raise ServerError(f"the archive is incomplete: part {', '.join(missing)} is missing beside {given.name} "
                           f"(all {count} parts must be in {given.parent})")
-    full = parts[0].stat().st_size
+    full = max(part.stat().st_size for part in parts[:-1]) if count > 1 else parts[0].stat().st_size
     for part in parts[:-1]:
         if part.stat().st_size != full:
             raise ServerError(f"part {part.name} has {part.stat().st_size} bytes where every part but the last "
