@@ -148,10 +148,11 @@ def _run(command: list[str], failure: str) -> None:
 RUNTIME = "runtime"
 
 
-def ensure_runtime(cache: Path, wheelhouse: Path, digest: str) -> Environment:
+def ensure_runtime(cache: Path, wheelhouse: Path, digest: str, also: Path | None = None) -> Environment:
     """The project's runtime from an offline archive's ``runtime/`` folder: a venv that sees this interpreter's
     packages (a ``.pth`` of its site folders) and gets from ``wheelhouse`` alone what they lack, so a GPU host's
-    own numpy, OpenCV or gRPC are used where they fit and nothing is installed twice."""
+    own numpy, OpenCV or gRPC are used where they fit and nothing is installed twice. ``also``: a second folder
+    of wheels (the stub's, which the archive does not carry twice)."""
     root = cache / "environments" / f"{RUNTIME}-py{sys.version_info.major}.{sys.version_info.minor}-{digest[:16]}"
     recorded = root / DIGEST_FILE
     if recorded.is_file() and recorded.read_text().strip() == digest:
@@ -165,7 +166,8 @@ def ensure_runtime(cache: Path, wheelhouse: Path, digest: str) -> Environment:
              f"could not create a virtual environment in {staging}")
         sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
         (Environment(staging).site_packages / "tde-host-packages.pth").write_text("".join(f"{p}\n" for p in sites))
-        _run([*pip_into(staging), "--isolated", "--no-index", "--find-links", str(wheelhouse), "-r",
+        more = ["--find-links", str(also)] if also else []
+        _run([*pip_into(staging), "--isolated", "--no-index", "--find-links", str(wheelhouse), *more, "-r",
               str(wheelhouse / "requirements.txt")], f"could not install the project's runtime from {wheelhouse}")
         (staging / DIGEST_FILE).write_text(digest + "\n")
         staging.rename(root)

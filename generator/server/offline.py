@@ -172,6 +172,14 @@ def _download_runtime(target: Target, spec: RuntimeSpec, destination: Path, scra
     (destination / "requirements.txt").write_text(requirement + "\n")
 
 
+def _drop_duplicates(folder: Path, kept: Path) -> None:
+    """Wheels of ``folder`` that ``kept`` holds byte for byte go once (the runtime installs from both folders)."""
+    have = {sha256_file(wheel) for wheel in kept.glob("*.whl")}
+    for wheel in folder.glob("*.whl"):
+        if sha256_file(wheel) in have:
+            wheel.unlink()
+
+
 def _members(root: Path) -> dict[str, Path]:
     return {path.relative_to(root).as_posix(): path for path in sorted(root.rglob("*")) if path.is_file()}
 
@@ -190,6 +198,7 @@ def make_archive(target: Target, output: Path, runtime: RuntimeSpec | None = Non
         _pip_download(target, payload / "stub", "--no-deps", "--require-hashes", "-r", str(target.locked.lock))
         if runtime is not None:
             _download_runtime(target, runtime, payload / "runtime", Path(tmp))
+            _drop_duplicates(payload / "runtime", payload / "stub")
         members = _members(payload)
         index = {"format": FORMAT, "tool_version": __version__, "target": target.__dict__,
                  "lock": {"name": target.locked.lock.name, "sha256": target.locked.digest()},
@@ -357,7 +366,7 @@ def install_archive(given: Path, cache: Path, stub: str | None = None) -> Instal
         environment = ensure_environment(archive.target.locked, cache, wheelhouse=archive.root / "stub")
         runtime = None
         if archive.runtime is not None:
-            runtime = ensure_runtime(cache, archive.runtime, _runtime_digest(archive.index))
+            runtime = ensure_runtime(cache, archive.runtime, _runtime_digest(archive.index), archive.root / "stub")
     return Installed(server, environment, archive.target.locked.name, runtime)
 
 
