@@ -17,6 +17,7 @@ COMMANDS = {
     "compare": ("compare", "Two running servers in alternating windows: before/after throughput and latency."),
     "soak": ("soak", "Long steady traffic with bad images; fails when memory, fds or /dev/shm keep growing."),
     "nms-bench": ("nms_bench", "NMS in the detector graph (--nms-in-graph) against the Python nms step, paired."),
+    "engine": ("engine", "The detector engine alone (the served graph outside Triton) at fixed batch sizes."),
 }
 
 
