@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", metavar="EXTRAS", default=None,
                         help="also carry this project's wheel and the dependencies of these extras "
                              "(e.g. client,loadtest) for the target, for python -m generator/loadtest/clients there")
+    parser.add_argument("--schema", action="store_true",
+                        help="also carry the perf-analyzer environment (Triton 2.51's config schema, which "
+                             "python -m generator build needs, and perf_analyzer), so builds work there too")
     parser.add_argument("--present", type=Path, default=None,
                         help="with --runtime: a file of packages the target already has (name or name==version a "
                              "line); they are left out and, where a version is given, the rest is resolved against it")
@@ -57,11 +60,13 @@ def run(args: argparse.Namespace) -> int:
         runtime = RuntimeSpec(extras, _present(args.present))
     elif args.present is not None:
         raise ServerError("--present applies to --runtime (the project's runtime wheels)")
-    paths = make_archive(target, args.output, runtime, split)
+    paths = make_archive(target, args.output, runtime, split, schema=args.schema)
     total = sum(p.stat().st_size for p in paths)
     what = f"{len(paths)} parts" if len(paths) > 1 else "one file"
+    carried = [f"the {target.locked.name} environment", *(["the perf-analyzer environment"] if args.schema else []),
+               *(["the project runtime"] if runtime else [])]
     print(f"Wrote {target.stem}.tar ({total / 2**20:.1f} MiB, {what}) for Python {target.python} on "
-          f"{target.machine}, the {target.locked.name} environment{' and the project runtime' if runtime else ''}:")
+          f"{target.machine}: {', '.join(carried)}:")
     for path in paths:
         print(f"  {path}  {path.stat().st_size} bytes")
     print(f"Install there, with no index: python -m generator serve --prepare --from-archive {paths[0].name}")

@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "server cache on first use); auto: gpu when a Python model has KIND_GPU instances")
     parser.add_argument("--prepare", action="store_true",
                         help="only fetch the server and make the stub environment, then exit (for images, offline use)")
+    parser.add_argument("--from-archive", type=Path, metavar="FILE",
+                        help="with --prepare, on a machine with no package index: install the server, the stub "
+                             "environments (and the schema environment and the project runtime, if carried) from an "
+                             "archive of python -m generator archive (the file, or any of its parts), verifying every "
+                             "hash first")
 
 
 def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_port: int) -> None:
@@ -92,7 +97,28 @@ def _prepare(stub: LockedEnvironment, repository: Path) -> int:
     return 0
 
 
+def _prepare_offline(args: argparse.Namespace) -> int:
+    from generator.server.embedded import cache_root
+    from generator.server.offline import install_archive
+
+    if not args.prepare:
+        raise ServerError("--from-archive installs ahead of serving: use it with --prepare")
+    installed = install_archive(args.from_archive, cache_root(), None if args.stub_env == "auto" else args.stub_env)
+    stubs = "; ".join(f"{name} environment in {env.root} (verified against {name}.txt)"
+                      for name, env in installed.stubs.items())
+    print(f"Triton {TRITON_VERSION} in {installed.server.root}; {stubs}; installed with no package index", flush=True)
+    if installed.schema is not None:
+        print(f"perf-analyzer environment (Triton {TRITON_VERSION}'s config schema for builds) in "
+              f"{installed.schema.root}", flush=True)
+    if installed.runtime is not None:
+        print(f"Project runtime: {installed.runtime.python} (run python -m generator, loadtest and clients with it)",
+              flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.from_archive is not None:
+        return _prepare_offline(args)
     repositories: list[Path] = args.model_repository or [Path("model_repository")]
     stub = stub_environment_for(repositories) if args.stub_env == "auto" else STUB_ENVIRONMENTS[args.stub_env]
     if args.prepare:

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,9 +90,9 @@ def is_verified(root: Path, locked: LockedEnvironment) -> bool:
     return recorded.is_file() and recorded.read_text().strip() == locked.digest()
 
 
-def ensure_environment(locked: LockedEnvironment, cache: Path, wheelhouse: Path | None = None) -> Environment:
+def ensure_environment(locked: LockedEnvironment, cache: Path, wheelhouse: Sequence[Path] = ()) -> Environment:
     """Return the environment of ``locked``, creating it the first time (pip, hashes required): from the package
-    index, or with ``wheelhouse`` from that folder alone (an offline archive's wheels, generator/server/offline.py)."""
+    index, or with ``wheelhouse`` from those folders alone (an offline archive's wheels, generator/server/offline.py)."""
     if sys.version_info[:2] < locked.min_python:
         wanted = ".".join(map(str, locked.min_python))
         raise ServerError(f"the {locked.name} environment needs Python >= {wanted} (its pins have no wheels for "
@@ -116,7 +117,7 @@ def ensure_environment(locked: LockedEnvironment, cache: Path, wheelhouse: Path 
     return Environment(root)
 
 
-def _create(staging: Path, locked: LockedEnvironment, wheelhouse: Path | None = None) -> None:
+def _create(staging: Path, locked: LockedEnvironment, wheelhouse: Sequence[Path] = ()) -> None:
     """A venv of this interpreter with the lock installed; the digest file is written only after pip succeeded.
 
     The venv gets no pip of its own (``ensurepip`` is missing from some system Pythons): this interpreter's pip
@@ -124,10 +125,10 @@ def _create(staging: Path, locked: LockedEnvironment, wheelhouse: Path | None = 
     _run([sys.executable, "-m", "venv", "--without-pip", str(staging)],
          f"could not create a virtual environment in {staging}")
     # --isolated: no pip configuration or PIP_* variable adds another source to an offline install.
-    source = ["--isolated", "--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
+    source = ["--isolated", "--no-index", *(a for f in wheelhouse for a in ("--find-links", str(f)))] if wheelhouse else []
     pip = [*pip_into(staging), "--require-hashes", "--no-deps", "--only-binary=:all:", *source,
            "-r", str(locked.lock)]
-    where = f"from {wheelhouse}" if wheelhouse else "(check access to the package index)"
+    where = f"from {', '.join(map(str, wheelhouse))}" if wheelhouse else "(check access to the package index)"
     _run(pip, f"could not install {locked.lock.name} {where}")
     (staging / DIGEST_FILE).write_text(locked.digest() + "\n")
 
@@ -148,10 +149,10 @@ def _run(command: list[str], failure: str) -> None:
 RUNTIME = "runtime"
 
 
-def ensure_runtime(cache: Path, wheelhouse: Path, digest: str, also: Path | None = None) -> Environment:
+def ensure_runtime(cache: Path, wheelhouse: Path, digest: str, also: Sequence[Path] = ()) -> Environment:
     """The project's runtime from an offline archive's ``runtime/`` folder: a venv that sees this interpreter's
     packages (a ``.pth`` of its site folders) and gets from ``wheelhouse`` alone what they lack, so a GPU host's
-    own numpy, OpenCV or gRPC are used where they fit and nothing is installed twice. ``also``: a second folder
+    own numpy, OpenCV or gRPC are used where they fit and nothing is installed twice. ``also``: more folders
     of wheels (the stub's, which the archive does not carry twice)."""
     root = cache / "environments" / f"{RUNTIME}-py{sys.version_info.major}.{sys.version_info.minor}-{digest[:16]}"
     recorded = root / DIGEST_FILE
@@ -166,7 +167,7 @@ def ensure_runtime(cache: Path, wheelhouse: Path, digest: str, also: Path | None
              f"could not create a virtual environment in {staging}")
         sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
         (Environment(staging).site_packages / "tde-host-packages.pth").write_text("".join(f"{p}\n" for p in sites))
-        more = ["--find-links", str(also)] if also else []
+        more = [a for folder in also for a in ("--find-links", str(folder))]
         _run([*pip_into(staging), "--isolated", "--no-index", "--find-links", str(wheelhouse), *more, "-r",
               str(wheelhouse / "requirements.txt")], f"could not install the project's runtime from {wheelhouse}")
         (staging / DIGEST_FILE).write_text(digest + "\n")

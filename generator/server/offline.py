@@ -6,6 +6,8 @@
     tde-offline.json   the index, first: format, target, the lock's name and sha256, every member's size and sha256
     triton/            the nvidia-pytriton wheel that carries Triton 2.51 (sha256 pinned in embedded.py)
     stub/              the wheels of locks/stub-<cpu|gpu>.txt for that Python and machine (sha256 in the lock)
+    perf/              optional (``--schema``): the wheels of locks/perf-analyzer.txt the stub folder lacks: Triton
+                       2.51's config schema, which ``generator build`` parses configs with, and perf_analyzer
     runtime/           optional: this project's wheel and its extras' dependencies for that platform, with a
                        requirements.txt; what the target already has (``--present FILE``) is left out
 
@@ -48,6 +50,7 @@ from generator.server.embedded import (
     verify_wheel,
 )
 from generator.server.environments import (
+    PERF_ANALYZER,
     STUB_ENVIRONMENTS,
     Environment,
     LockedEnvironment,
@@ -60,7 +63,7 @@ logger = logging.getLogger(__name__)
 FORMAT = 1
 INDEX = "tde-offline.json"
 PROJECT = "triton-detection-ensemble"
-_MEMBER = re.compile(r"^(triton|stub|runtime)/[A-Za-z0-9._+-]+$")
+_MEMBER = re.compile(r"^(triton|stub|perf|runtime)/[A-Za-z0-9._+-]+$")
 _LOCK_PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
@@ -172,9 +175,9 @@ def _download_runtime(target: Target, spec: RuntimeSpec, destination: Path, scra
     (destination / "requirements.txt").write_text(requirement + "\n")
 
 
-def _drop_duplicates(folder: Path, kept: Path) -> None:
-    """Wheels of ``folder`` that ``kept`` holds byte for byte go once (the runtime installs from both folders)."""
-    have = {sha256_file(wheel) for wheel in kept.glob("*.whl")}
+def _drop_duplicates(folder: Path, kept: list[Path]) -> None:
+    """Wheels of ``folder`` that ``kept`` holds byte for byte go once (installs read every folder)."""
+    have = {sha256_file(wheel) for other in kept for wheel in other.glob("*.whl")}
     for wheel in folder.glob("*.whl"):
         if sha256_file(wheel) in have:
             wheel.unlink()
@@ -185,8 +188,10 @@ def _members(root: Path) -> dict[str, Path]:
 
 
 def make_archive(target: Target, output: Path, runtime: RuntimeSpec | None = None,
-                 split_bytes: int | None = None) -> list[Path]:
-    """Download what the target needs and write the archive into ``output``: its path, or its parts."""
+                 split_bytes: int | None = None, schema: bool = False) -> list[Path]:
+    """Download what the target needs and write the archive into ``output``: its path, or its parts. ``schema``
+    adds the perf-analyzer environment (Triton 2.51's config schema, which builds parse with, and perf_analyzer),
+    so that ``generator build`` works there too."""
     output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output, prefix=".tde-archive-") as tmp:
         payload = Path(tmp) / "payload"
@@ -196,12 +201,16 @@ def make_archive(target: Target, output: Path, runtime: RuntimeSpec | None = Non
         (wheel,) = (payload / "triton").glob("*.whl")
         verify_wheel(wheel, target.machine)
         _pip_download(target, payload / "stub", "--no-deps", "--require-hashes", "-r", str(target.locked.lock))
+        if schema:
+            _pip_download(target, payload / "perf", "--no-deps", "--require-hashes", "-r", str(PERF_ANALYZER.lock))
+            _drop_duplicates(payload / "perf", [payload / "stub"])
         if runtime is not None:
             _download_runtime(target, runtime, payload / "runtime", Path(tmp))
-            _drop_duplicates(payload / "runtime", payload / "stub")
+            _drop_duplicates(payload / "runtime", [payload / "stub", payload / "perf"])
         members = _members(payload)
         index = {"format": FORMAT, "tool_version": __version__, "target": target.__dict__,
                  "lock": {"name": target.locked.lock.name, "sha256": target.locked.digest()},
+                 "schema": {"name": PERF_ANALYZER.lock.name, "sha256": PERF_ANALYZER.digest()} if schema else None,
                  "runtime": list(runtime.extras) if runtime else None,
                  "files": {name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for name, p in members.items()}}
         staged = Path(tmp) / f"{target.stem}.tar"
@@ -254,6 +263,7 @@ class Installed:
     stub: Environment
     stub_name: str
     runtime: Environment | None
+    schema: Environment | None = None
 
 
 def _refuse(archive: str, problem: str) -> ServerError:
@@ -284,10 +294,14 @@ def _check_target(index: dict[str, Any], name: str) -> Target:
         raise _refuse(name, f"it is for Python {target.python} on {target.machine}, this is Python {here.python} on "
                             f"{here.machine}; make one with python -m generator archive --python {here.python} "
                             f"--machine {here.machine} --stub-env {target.stub}")
-    lock = index.get("lock") or {}
-    if lock.get("sha256") != target.locked.digest():
-        raise _refuse(name, f"it was made from another {target.locked.lock.name} (sha256 {lock.get('sha256')}, "
-                            f"this checkout's is {target.locked.digest()}); make it again with this version")
+    for key, locked in (("lock", target.locked), ("schema", PERF_ANALYZER)):
+        recorded = index.get(key)
+        if key == "schema" and recorded is None:
+            continue
+        if not isinstance(recorded, dict) or recorded.get("sha256") != locked.digest():
+            sha = recorded.get("sha256") if isinstance(recorded, dict) else None
+            raise _refuse(name, f"it was made from another {locked.lock.name} (sha256 {sha}, this checkout's is "
+                                f"{locked.digest()}); make it again with this version")
     return target
 
 
@@ -311,11 +325,13 @@ def _copy_member(tar: tarfile.TarFile, member: tarfile.TarInfo, expected: dict[s
 
 def _check_pins(archive: VerifiedArchive, name: str) -> None:
     """Each stub wheel must be one the lock pins (its sha256 among the lock's); the server wheel the pinned one."""
-    pins = lock_hashes(archive.target.locked.lock.read_text())
-    for wheel in sorted((archive.root / "stub").glob("*")):
-        if sha256_file(wheel) not in pins:
-            raise _refuse(name, f"stub/{wheel.name} is not a wheel {archive.target.locked.lock.name} pins "
-                                "(its sha256 is none of the lock's)")
+    for folder, locked in (("stub", archive.target.locked), ("perf", PERF_ANALYZER)):
+        wheels = sorted((archive.root / folder).glob("*"))
+        pins = lock_hashes(locked.lock.read_text()) if wheels else {}
+        for wheel in wheels:
+            if sha256_file(wheel) not in pins:
+                raise _refuse(name, f"{folder}/{wheel.name} is not a wheel {locked.lock.name} pins "
+                                    "(its sha256 is none of the lock's)")
     wheels = list((archive.root / "triton").glob("*.whl"))
     if len(wheels) != 1:
         raise _refuse(name, f"it holds {len(wheels)} server wheels, not one")
@@ -363,11 +379,13 @@ def install_archive(given: Path, cache: Path, stub: str | None = None) -> Instal
         logger.info("Archive %s verified: %d files, for Python %s on %s, %s environment", given.name,
                     len(archive.index["files"]), archive.target.python, archive.target.machine, archive.target.stub)
         server = ensure_server(archive.server_wheel)
-        environment = ensure_environment(archive.target.locked, cache, wheelhouse=archive.root / "stub")
+        folders = [archive.root / "stub", archive.root / "perf"]
+        environment = ensure_environment(archive.target.locked, cache, folders)
+        schema = ensure_environment(PERF_ANALYZER, cache, folders) if archive.index.get("schema") else None
         runtime = None
         if archive.runtime is not None:
-            runtime = ensure_runtime(cache, archive.runtime, _runtime_digest(archive.index), archive.root / "stub")
-    return Installed(server, environment, archive.target.locked.name, runtime)
+            runtime = ensure_runtime(cache, archive.runtime, _runtime_digest(archive.index), folders)
+    return Installed(server, environment, archive.target.locked.name, runtime, schema)
 
 
 def _runtime_digest(index: dict[str, Any]) -> str:

@@ -43,18 +43,21 @@ def pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
         f"numpy==1.26.4 \\\n    --hash=sha256:{sha(files['stub/numpy-1.26.4-cp311-none-any.whl'])}\n"
         f"tiny==1.0 \\\n    --hash=sha256:{'0' * 64} \\\n"
         f"    --hash=sha256:{sha(files['stub/tiny-1.0-py3-none-any.whl'])}\n")
+    (locks / "perf-analyzer.txt").write_text(f"tiny==1.0 \\\n    --hash=sha256:{sha(b'perf-tiny')}\n")
     monkeypatch.setattr(environments, "LOCKS", locks)
     monkeypatch.setitem(embedded.WHEEL_SHA256, platform.machine(), sha(files["triton/nvidia_pytriton-0.5.13-py3-none-any.whl"]))
     return files
 
 
 def write_archive(path: Path, files: dict[str, bytes], *, python: str = HERE, lock_sha: str | None = None,
-                  listed: dict[str, bytes] | None = None, extra: dict[str, bytes] | None = None) -> Path:
+                  listed: dict[str, bytes] | None = None, extra: dict[str, bytes] | None = None,
+                  schema_sha: str | None = None) -> Path:
     """An archive as ``make_archive`` writes it; ``listed`` overrides what the index says, ``extra`` adds
     members the index does not list."""
     index = {"format": offline.FORMAT, "tool_version": "test",
              "target": {"python": python, "machine": platform.machine(), "stub": "cpu"},
              "lock": {"name": "stub-cpu.txt", "sha256": lock_sha or STUB_CPU.digest()}, "runtime": None,
+             "schema": {"name": "perf-analyzer.txt", "sha256": schema_sha} if schema_sha else None,
              "files": {n: {"size": len(d), "sha256": sha(d)} for n, d in (listed or files).items()}}
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in [(INDEX, json.dumps(index).encode()), *files.items(), *(extra or {}).items()]:
@@ -147,6 +150,20 @@ def test_another_python_lock_or_unpinned_wheel_is_refused(tmp_path: Path, pinned
     refused(write_archive(tmp_path / "srv.tar", server), tmp_path / "w4", "refusing to use it")
 
 
+def test_the_schema_environment_is_checked_against_its_own_lock(tmp_path: Path, pinned: dict[str, bytes]) -> None:
+    from generator.server.environments import PERF_ANALYZER
+
+    with_perf = {**pinned, "perf/tiny-1.0-py3-none-any.whl": b"perf-tiny"}
+    verified = verify_archive(write_archive(tmp_path / "ok.tar", with_perf, schema_sha=PERF_ANALYZER.digest()),
+                              tmp_path / "w0")
+    assert (verified.root / "perf/tiny-1.0-py3-none-any.whl").read_bytes() == b"perf-tiny"
+    refused(write_archive(tmp_path / "old.tar", with_perf, schema_sha="e" * 64), tmp_path / "w1",
+            "made from another perf-analyzer.txt")
+    swapped = {**pinned, "perf/tiny-1.0-py3-none-any.whl": b"not perf-tiny"}
+    refused(write_archive(tmp_path / "pin.tar", swapped, schema_sha=PERF_ANALYZER.digest()), tmp_path / "w2",
+            r"perf/tiny-1\.0-py3-none-any\.whl is not a wheel perf-analyzer\.txt pins")
+
+
 def test_a_refused_archive_installs_nothing(tmp_path: Path, pinned: dict[str, bytes],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
@@ -168,11 +185,13 @@ def test_the_lock_hashes_map_to_their_pins() -> None:
 @pytest.mark.network
 def test_a_real_cpu_archive_for_this_machine_is_made_and_verified(tmp_path: Path) -> None:
     """pip downloads the pinned server and the stub-cpu lock's wheels for this Python; every check passes."""
-    paths = offline.make_archive(Target.here("cpu"), tmp_path / "out", split_bytes=parse_size("60M"))
+    paths = offline.make_archive(Target.here("cpu"), tmp_path / "out", split_bytes=parse_size("60M"), schema=True)
     assert len(paths) > 1 and all(".tar.0" in p.name for p in paths)
     verified = verify_archive(paths[0], tmp_path / "work")
     assert verified.server_wheel.name.startswith("nvidia_pytriton-0.5.13")
     assert {offline.wheel_project(p.name) for p in (tmp_path / "work" / "stub").iterdir()} >= {"numpy", "onnxruntime"}
+    perf = {offline.wheel_project(p.name) for p in (tmp_path / "work" / "perf").iterdir()}
+    assert "tritonclient" in perf and "numpy" not in perf  # numpy 1.26.4 travels once, in stub/
 
 
 def test_serve_prepare_from_archive_is_one_command_with_a_one_line_refusal(
