@@ -18,9 +18,10 @@ from generator.server.environments import STUB_ENVIRONMENTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stub-env", choices=list(STUB_ENVIRONMENTS), default="cpu",
-                        help="the stub environment the target serves with: gpu for --device gpu or "
-                             "--preprocess-device gpu repositories")
+    parser.add_argument("--stub-env", default="cpu",
+                        help=f"the stub environments the target serves with ({', '.join(STUB_ENVIRONMENTS)}, or "
+                             "both comma-separated): gpu for --device gpu or --preprocess-device gpu repositories, "
+                             "cpu for the others")
     parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}",
                         help="the target's Python (X.Y): the one that will run python -m generator there")
     parser.add_argument("--machine", default=platform.machine(), help="the target's architecture (uname -m)")
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     paths = make_archive(target, args.output, runtime, split, schema=args.schema)
     total = sum(p.stat().st_size for p in paths)
     what = f"{len(paths)} parts" if len(paths) > 1 else "one file"
-    carried = [f"the {target.locked.name} environment", *(["the perf-analyzer environment"] if args.schema else []),
+    carried = [f"the {target.names} environment{'s' if len(target.stubs) > 1 else ''}", *(["the perf-analyzer environment"] if args.schema else []),
                *(["the project runtime"] if runtime else [])]
     print(f"Wrote {target.stem}.tar ({total / 2**20:.1f} MiB, {what}) for Python {target.python} on "
           f"{target.machine}: {', '.join(carried)}:")

@@ -1,11 +1,13 @@
 """Offline installs of the embedded server: one archive made on a connected machine, installed with no index.
 
-``python -m generator archive --stub-env gpu --python 3.12 --machine x86_64 [--runtime client,loadtest]
-[--split 50M]`` writes ``tde-offline-<stub>-py<X.Y>-<machine>.tar`` (or its numbered parts, archive_parts.py):
+``python -m generator archive --stub-env cpu,gpu --python 3.12 --machine x86_64 [--schema] [--runtime
+client,loadtest] [--split 50M]`` writes ``tde-offline-<stubs>-py<X.Y>-<machine>.tar`` (or its numbered parts,
+archive_parts.py):
 
-    tde-offline.json   the index, first: format, target, the lock's name and sha256, every member's size and sha256
+    tde-offline.json   the index, first: format, target, the locks' names and sha256, every member's size and sha256
     triton/            the nvidia-pytriton wheel that carries Triton 2.51 (sha256 pinned in embedded.py)
-    stub/              the wheels of locks/stub-<cpu|gpu>.txt for that Python and machine (sha256 in the lock)
+    stub/              the wheels of locks/stub-<cpu|gpu>.txt for that Python and machine (sha256 in the locks;
+                       a wheel both locks pin travels once)
     perf/              optional (``--schema``): the wheels of locks/perf-analyzer.txt the stub folder lacks: Triton
                        2.51's config schema, which ``generator build`` parses configs with, and perf_analyzer
     runtime/           optional: this project's wheel and its extras' dependencies for that platform, with a
@@ -14,8 +16,8 @@
 The wheels are the published files, uncompressed in the tar (they are zip files already: xz gains 2 %), so the
 lock's hashes hold on the target. ``python -m generator serve --prepare --from-archive FILE|PART`` reads it once
 into a temporary folder and checks everything before it installs anything: every part present and whole, the
-index first, the target this machine's Python and architecture, the lock the one of this checkout, every member
-listed with its size and sha256, nothing unlisted, nothing missing, each stub wheel's sha256 one the lock pins,
+index first, the target this machine's Python and architecture, the locks those of this checkout, every member
+listed with its size and sha256, nothing unlisted, nothing missing, each locked wheel's sha256 one its lock pins,
 the server wheel's the pinned one. Only then are the server unpacked, the stub environment made with
 ``pip --no-index --require-hashes`` from those wheels, and the runtime environment (a venv that sees the invoking
 interpreter's packages and adds the carried ones) made. A refused archive names the problem and installs nothing.
@@ -70,34 +72,45 @@ _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 @dataclass(frozen=True)
 class Target:
-    """The machine an archive is for: its Python (X.Y), architecture and stub environment."""
+    """The machine an archive is for: its Python (X.Y), architecture and stub environments ("gpu", "cpu,gpu")."""
 
     python: str
     machine: str
     stub: str
 
     def __post_init__(self) -> None:
-        if self.stub not in STUB_ENVIRONMENTS:
-            raise ServerError(f"--stub-env is one of {', '.join(STUB_ENVIRONMENTS)}, not {self.stub!r}")
+        unknown = [s for s in self.stubs if s not in STUB_ENVIRONMENTS]
+        if unknown or not self.stubs:
+            raise ServerError(f"--stub-env takes {' and/or '.join(STUB_ENVIRONMENTS)} (comma-separated), "
+                              f"not {self.stub!r}")
         if self.machine not in WHEEL_SHA256:
             raise ServerError(f"the embedded Triton exists for {', '.join(WHEEL_SHA256)}, not {self.machine!r}")
         if self.python not in STUB_PYTHONS:
             raise ServerError(f"the embedded Triton has stubs for Python {', '.join(STUB_PYTHONS)}, not {self.python!r}")
-        wanted = ".".join(map(str, self.locked.min_python))
-        if tuple(int(p) for p in self.python.split(".")) < self.locked.min_python:
-            raise ServerError(f"the {self.locked.name} environment needs Python >= {wanted}, not {self.python}")
+        for locked in self.lockeds:
+            if tuple(int(p) for p in self.python.split(".")) < locked.min_python:
+                wanted = ".".join(map(str, locked.min_python))
+                raise ServerError(f"the {locked.name} environment needs Python >= {wanted}, not {self.python}")
 
     @classmethod
     def here(cls, stub: str) -> Target:
         return cls(f"{sys.version_info.major}.{sys.version_info.minor}", platform.machine(), stub)
 
     @property
-    def locked(self) -> LockedEnvironment:
-        return STUB_ENVIRONMENTS[self.stub]
+    def stubs(self) -> tuple[str, ...]:
+        return tuple(sorted({s.strip() for s in self.stub.split(",") if s.strip()}))
+
+    @property
+    def lockeds(self) -> tuple[LockedEnvironment, ...]:
+        return tuple(STUB_ENVIRONMENTS[s] for s in self.stubs if s in STUB_ENVIRONMENTS)
+
+    @property
+    def names(self) -> str:
+        return " and ".join(locked.name for locked in self.lockeds)
 
     @property
     def stem(self) -> str:
-        return f"tde-offline-{self.stub}-py{self.python}-{self.machine}"
+        return f"tde-offline-{'-'.join(self.stubs)}-py{self.python}-{self.machine}"
 
     def pip_platform(self) -> list[str]:
         """pip download arguments for wheels of this target (glibc 2.17 .. 2.39, CPython ``python``)."""
@@ -200,7 +213,8 @@ def make_archive(target: Target, output: Path, runtime: RuntimeSpec | None = Non
                       f"nvidia-pytriton=={PYTRITON_VERSION}")
         (wheel,) = (payload / "triton").glob("*.whl")
         verify_wheel(wheel, target.machine)
-        _pip_download(target, payload / "stub", "--no-deps", "--require-hashes", "-r", str(target.locked.lock))
+        for locked in target.lockeds:  # one folder: a wheel two locks pin is carried once
+            _pip_download(target, payload / "stub", "--no-deps", "--require-hashes", "-r", str(locked.lock))
         if schema:
             _pip_download(target, payload / "perf", "--no-deps", "--require-hashes", "-r", str(PERF_ANALYZER.lock))
             _drop_duplicates(payload / "perf", [payload / "stub"])
@@ -208,8 +222,9 @@ def make_archive(target: Target, output: Path, runtime: RuntimeSpec | None = Non
             _download_runtime(target, runtime, payload / "runtime", Path(tmp))
             _drop_duplicates(payload / "runtime", [payload / "stub", payload / "perf"])
         members = _members(payload)
-        index = {"format": FORMAT, "tool_version": __version__, "target": target.__dict__,
-                 "lock": {"name": target.locked.lock.name, "sha256": target.locked.digest()},
+        index = {"format": FORMAT, "tool_version": __version__,
+                 "target": {**target.__dict__, "stub": ",".join(target.stubs)},
+                 "locks": [{"name": locked.lock.name, "sha256": locked.digest()} for locked in target.lockeds],
                  "schema": {"name": PERF_ANALYZER.lock.name, "sha256": PERF_ANALYZER.digest()} if schema else None,
                  "runtime": list(runtime.extras) if runtime else None,
                  "files": {name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for name, p in members.items()}}
@@ -260,8 +275,7 @@ class VerifiedArchive:
 @dataclass(frozen=True)
 class Installed:
     server: ServerInstall
-    stub: Environment
-    stub_name: str
+    stubs: dict[str, Environment]  # lock name (stub-cpu, stub-gpu) -> its environment
     runtime: Environment | None
     schema: Environment | None = None
 
@@ -294,14 +308,13 @@ def _check_target(index: dict[str, Any], name: str) -> Target:
         raise _refuse(name, f"it is for Python {target.python} on {target.machine}, this is Python {here.python} on "
                             f"{here.machine}; make one with python -m generator archive --python {here.python} "
                             f"--machine {here.machine} --stub-env {target.stub}")
-    for key, locked in (("lock", target.locked), ("schema", PERF_ANALYZER)):
-        recorded = index.get(key)
-        if key == "schema" and recorded is None:
-            continue
-        if not isinstance(recorded, dict) or recorded.get("sha256") != locked.digest():
-            sha = recorded.get("sha256") if isinstance(recorded, dict) else None
-            raise _refuse(name, f"it was made from another {locked.lock.name} (sha256 {sha}, this checkout's is "
-                                f"{locked.digest()}); make it again with this version")
+    recorded = {entry.get("name"): entry.get("sha256") for entry in [*(index.get("locks") or []), index.get("schema")]
+                if isinstance(entry, dict)}
+    wanted = [*target.lockeds, *([PERF_ANALYZER] if index.get("schema") else [])]
+    for locked in wanted:
+        if recorded.get(locked.lock.name) != locked.digest():
+            raise _refuse(name, f"it was made from another {locked.lock.name} (sha256 {recorded.get(locked.lock.name)}, "
+                                f"this checkout's is {locked.digest()}); make it again with this version")
     return target
 
 
@@ -325,13 +338,13 @@ def _copy_member(tar: tarfile.TarFile, member: tarfile.TarInfo, expected: dict[s
 
 def _check_pins(archive: VerifiedArchive, name: str) -> None:
     """Each stub wheel must be one the lock pins (its sha256 among the lock's); the server wheel the pinned one."""
-    for folder, locked in (("stub", archive.target.locked), ("perf", PERF_ANALYZER)):
+    for folder, lockeds in (("stub", archive.target.lockeds), ("perf", (PERF_ANALYZER,))):
         wheels = sorted((archive.root / folder).glob("*"))
-        pins = lock_hashes(locked.lock.read_text()) if wheels else {}
+        pins = {sha for locked in lockeds for sha in lock_hashes(locked.lock.read_text())} if wheels else set()
         for wheel in wheels:
             if sha256_file(wheel) not in pins:
-                raise _refuse(name, f"{folder}/{wheel.name} is not a wheel {locked.lock.name} pins "
-                                    "(its sha256 is none of the lock's)")
+                which = " or ".join(locked.lock.name for locked in lockeds)
+                raise _refuse(name, f"{folder}/{wheel.name} is not a wheel {which} pins (its sha256 is none of the lock's)")
     wheels = list((archive.root / "triton").glob("*.whl"))
     if len(wheels) != 1:
         raise _refuse(name, f"it holds {len(wheels)} server wheels, not one")
@@ -374,18 +387,18 @@ def install_archive(given: Path, cache: Path, stub: str | None = None) -> Instal
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".tde-offline-") as tmp:
         archive = verify_archive(given, Path(tmp))
-        if stub is not None and stub != archive.target.stub:
-            raise _refuse(given.name, f"it holds the {archive.target.locked.name} environment, not stub-{stub}")
+        if stub is not None and stub not in archive.target.stubs:
+            raise _refuse(given.name, f"it holds the {archive.target.names} environment, not stub-{stub}")
         logger.info("Archive %s verified: %d files, for Python %s on %s, %s environment", given.name,
                     len(archive.index["files"]), archive.target.python, archive.target.machine, archive.target.stub)
         server = ensure_server(archive.server_wheel)
         folders = [archive.root / "stub", archive.root / "perf"]
-        environment = ensure_environment(archive.target.locked, cache, folders)
+        stubs = {locked.name: ensure_environment(locked, cache, folders) for locked in archive.target.lockeds}
         schema = ensure_environment(PERF_ANALYZER, cache, folders) if archive.index.get("schema") else None
         runtime = None
         if archive.runtime is not None:
             runtime = ensure_runtime(cache, archive.runtime, _runtime_digest(archive.index), folders)
-    return Installed(server, environment, archive.target.locked.name, runtime, schema)
+    return Installed(server, stubs, runtime, schema)
 
 
 def _runtime_digest(index: dict[str, Any]) -> str:

@@ -56,7 +56,7 @@ def write_archive(path: Path, files: dict[str, bytes], *, python: str = HERE, lo
     members the index does not list."""
     index = {"format": offline.FORMAT, "tool_version": "test",
              "target": {"python": python, "machine": platform.machine(), "stub": "cpu"},
-             "lock": {"name": "stub-cpu.txt", "sha256": lock_sha or STUB_CPU.digest()}, "runtime": None,
+             "locks": [{"name": "stub-cpu.txt", "sha256": lock_sha or STUB_CPU.digest()}], "runtime": None,
              "schema": {"name": "perf-analyzer.txt", "sha256": schema_sha} if schema_sha else None,
              "files": {n: {"size": len(d), "sha256": sha(d)} for n, d in (listed or files).items()}}
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -146,6 +146,9 @@ def test_another_python_lock_or_unpinned_wheel_is_refused(tmp_path: Path, pinned
     swapped = {**pinned, "stub/tiny-1.0-py3-none-any.whl": b"tinier"}
     refused(write_archive(tmp_path / "pin.tar", swapped), tmp_path / "w3",
             r"stub/tiny-1\.0-py3-none-any\.whl is not a wheel stub-cpu\.txt pins")
+    with pytest.raises(ServerError, match="--stub-env takes cpu and/or gpu"):
+        Target(HERE, platform.machine(), "cpu,tpu")
+    assert Target("3.12", "x86_64", "gpu,cpu").stem == "tde-offline-cpu-gpu-py3.12-x86_64"
     server = {**pinned, "triton/nvidia_pytriton-0.5.13-py3-none-any.whl": b"another server"}
     refused(write_archive(tmp_path / "srv.tar", server), tmp_path / "w4", "refusing to use it")
 
