@@ -158,17 +158,17 @@ serve_start() {  # serve_start NAME REPOSITORY...: generator serve in the backgr
 
 serve_stop() { kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; }
 
-measure() {  # the sweeps, the engine alone, the Locust cross-check: most important first
+measure() {  # the sweeps against the engine alone, most important first; then a Locust cross-check
   local levels=1,8,32,64,128 dur=6 batches=1,8,32
   [ "$DRY" = 1 ] && { levels=1,4; dur=2; batches=1,4; }
   local bench=(--url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 --concurrency $levels --duration $dur
                --paired-rounds 0 --crosscheck-concurrency 0 --results-dir "$OUT/bench")
-  step bench-y11 200 "$RT" -m loadtest bench "${bench[@]}" --model y11 --label y11
-  step bench-demo 200 "$RT" -m loadtest bench "${bench[@]}" --model demo --label demo
-  step engine-y11 150 "$RT" -m loadtest engine --repository "$T/data/y11" --model y11 --batches $batches \
-    --seconds 2 --out "$OUT/engine-y11.json"
-  step engine-demo 150 "$RT" -m loadtest engine --repository "$T/data/demo" --model demo --batches $batches \
-    --seconds 2 --out "$OUT/engine-demo.json"
+  local model
+  for model in y11 demo; do
+    step "bench-$model" 200 "$RT" -m loadtest bench "${bench[@]}" --model $model --label $model
+    step "engine-$model" 150 "$RT" -m loadtest engine --repository "$T/data/$model" --model $model \
+      --batches $batches --seconds 2 --out "$OUT/engine-$model.json"
+  done
   local users=128 workers=8
   [ "$DRY" = 1 ] && { users=4; workers=1; }
   step locust-y11 90 "$RT" -m loadtest run --url 127.0.0.1:8001 --protocol grpc --model y11 --users $users \
@@ -178,48 +178,51 @@ measure() {  # the sweeps, the engine alone, the Locust cross-check: most import
 }
 
 precisions() {  # FP16 and INT8 on the GPU: agreement with the CPU path, and whether the server refuses them
-  local p
+  local p batch=32
+  [ "$DRY" = 1 ] && batch=2
   for p in fp16 int8; do
-    step "engine-y11_$p" 90 "$RT" -m loadtest engine --repository "$T/data/y11_$p" --model "y11_$p" --batches 32 \
-      --seconds 1 --out "$OUT/engine-y11_$p.json"
+    step "engine-y11_$p" 120 "$RT" -m loadtest engine --repository "$T/data/y11_$p" --model "y11_$p" \
+      --batches $batch --seconds 1 --out "$OUT/engine-y11_$p.json"
   done
   serve_start serve-int8 y11_int8 && serve_stop
-  grep -h "provider\|refus" "$T/logs/serve-int8.log" | tail -n 5 | cut -c1-600 | tee "$OUT/int8-load.txt"
+  grep -h "provider\|refus" "$T/logs/serve-int8.log" | tail -n 5 | cut -c1-700 | tee "$OUT/int8-load.txt"
 }
 
 main() {
-  mkdir -p "$T/parts" "$T/logs" "$OUT" && rm -f "$OUT/steps.txt"
+  mkdir -p "$T/parts" "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
   "$PY" -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/', timeout=3)" >/dev/null 2>&1 &&
     echo "note: the package index answers here" || echo "no package index reachable (as intended)"
   install || return 3
-  serve_start serve y11 demo || { bundle; return 4; }
+  serve_start serve y11 demo || { bundle run; return 4; }
   scrape_gpu
   measure
   rm -f "$T/scraping"
   serve_stop
-  [ "$(since)" -lt 420 ] && precisions
-  bundle
+  bundle run
 }
 
-more() {  # the CPU detector's topology on this host's cores (tools/tradeoff.py), offline
-  mkdir -p "$T/logs" "$OUT" && rm -f "$OUT/steps.txt"
+more() {  # FP16/INT8 agreement and the INT8 load check, then the CPU detector's topology on this host's cores
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
   RT=$(ls -d "$T"/cache/environments/runtime-*/bin/python 2>/dev/null | head -1)
   [ -x "$RT" ] || { echo "no installed runtime in $T/cache: run main first (within 30 s of it)"; return 3; }
+  precisions
   local cores rounds=2 window=5
   cores=$(nproc)
   [ "$DRY" = 1 ] && { rounds=1; window=2; }
-  step tradeoff 560 "$RT" -m tools.tradeoff --cores "$cores" --rounds $rounds --window $window \
-    --output "$OUT/tradeoff.json"
-  tail -n 8 "$T/logs/tradeoff.log"
-  tar -czf "$OUT/more-logs.tar.gz" -C "$T" logs 2>/dev/null
+  step tradeoff 480 "$RT" -m tools.tradeoff --cores "$cores" --rounds $rounds --window $window \
+    --output "$T/tradeoff.json"
+  cp -r "$T/tradeoff.json" "$T/tradeoff" "$OUT/" 2>/dev/null
+  grep "^|" "$T/logs/tradeoff.log" | tail -n 5
+  bundle more
 }
 
-bundle() {  # at most 8 files in $OUT: the logs and raw runs in one tar, the summary beside them
-  "$RT" tools/gpu/offline_summary.py "$OUT" "$T/logs" > "$OUT/summary.md" 2>&1
-  cat "$OUT/summary.md"
-  tar -czf "$OUT/run.tar.gz" -C "$T" logs -C "$OUT" bench 2>/dev/null && rm -rf "$OUT/bench"
+bundle() {  # bundle NAME: $OUT keeps the summary and one tar of everything else (8 files at most come back)
+  "$RT" tools/gpu/offline_summary.py "$OUT" "$T/logs" > "$T/summary.md" 2>&1
+  cat "$T/summary.md"
+  mkdir -p "$T/raw" && mv "$OUT"/* "$T/raw/" 2>/dev/null
+  tar -czf "$OUT/$1.tar.gz" -C "$T" logs raw && mv "$T/summary.md" "$OUT/$1-summary.md" && rm -rf "$T/raw"
   ls -l "$OUT" | tail -n +2 | awk '{print $5, $9}'
   echo "done in $(since) s"
 }

@@ -34,7 +34,8 @@ def bench_lines(out: Path) -> list[str]:
                   "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for cell in data.get("ensemble", []):
             p = cell["point"]
-            det = next((s for name, s in cell.get("stages", {}).items() if name.endswith("_detector")), {})
+            model = (data.get("settings") or {}).get("model", data.get("label"))
+            det = cell.get("stages", {}).get(f"{model}_detector") or {}
             busy = sum(det.get(k) or 0 for k in ("compute_input_us", "compute_infer_us", "compute_output_us"))
             energy = (cell.get("gpu_energy") or {}).get("joules_per_image", "-")
             lines.append(f"| {cell['concurrency']} | {p['throughput_rps']} | {p['p50_ms']} | {p['p95_ms']} | "
@@ -119,6 +120,16 @@ def main(argv: list[str]) -> int:
         print(f"\nLocust cross-check, y11: {c['throughput_rps']:.1f} req/s, p50 {c['p50_ms']} ms, p95 {c['p95_ms']} ms, "
               f"{c['failures']} failed; busiest generator process {h['generator_cpu_percent_avg_busiest_process']}% "
               f"of a core, run {'valid' if h['valid'] else 'NOT valid: ' + '; '.join(h['reasons'])}")
+    tradeoff = _load(out / "tradeoff.json")
+    if tradeoff:
+        print("\n## tools/tradeoff.py: the CPU detector's topology\n")
+        print("| cores | topology | ensemble p50 c=1 ms | x raw + decode | ensemble rps c=4 | x raw |\n|---:|---|---:|---:|---:|---:|")
+        for r in tradeoff["rows"]:
+            single, ratio = r.get("c1_vs_raw_plus_decode") or {}, r.get("rps_vs_raw_single") or {}
+            print(f"| {r['cores']} | {r['topology']} ({r['instances']} x {r['intra_op_threads']}) | "
+                  f"{r['ensemble_p50_c1_ms']} | {single.get('median')} | {r['ensemble_rps_c4']} | {ratio.get('median')} |")
+    if not (out / "gpu-metrics.txt").is_file():
+        return 0
     print("\n## GPU series during the run\n")
     print("\n".join(gpu_lines(out / "gpu-metrics.txt")))
     print(f"\n(logs: {logs})")
