@@ -133,10 +133,23 @@ def _create(staging: Path, locked: LockedEnvironment, wheelhouse: Sequence[Path]
     (staging / DIGEST_FILE).write_text(locked.digest() + "\n")
 
 
-def pip_into(root: Path) -> list[str]:
-    """This interpreter's pip, installing into the environment at ``root`` (pip >= 22.3)."""
-    return [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install", "--quiet",
-            "--disable-pip-version-check", "--no-input"]
+def pip_into(root: Path, pip_version: tuple[int, ...] | None = None) -> list[str]:
+    """This interpreter's pip, installing into the environment at ``root``: ``pip --python`` (pip >= 22.3), or
+    with an older pip ``--prefix`` into the environment's folders (what is installed here is then not reused)."""
+    common = ["install", "--quiet", "--disable-pip-version-check", "--no-input"]
+    if (pip_version or _pip_version()) >= (22, 3):
+        return [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), *common]
+    return [sys.executable, "-m", "pip", *common, "--prefix", str(root), "--ignore-installed",
+            "--no-warn-script-location"]
+
+
+def _pip_version() -> tuple[int, ...]:
+    try:
+        from importlib.metadata import version
+
+        return tuple(int(part) for part in re.findall(r"\d+", version("pip"))[:2])
+    except Exception:  # noqa: BLE001 -- no pip metadata: the --prefix way works with any pip
+        return (0,)
 
 
 def _run(command: list[str], failure: str) -> None:

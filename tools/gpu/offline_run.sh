@@ -98,6 +98,7 @@ keep() {  # copy what this call carried (parts, data) into /tmp: the machine kee
   if [ ! -e "$T/facts" ]; then
     touch "$T/facts"; nvidia-smi -L 2>&1 | head -2; "$PY" --version
     "$PY" -c "import pynvml; pynvml.nvmlInit(); print('NVML', pynvml.nvmlSystemGetDriverVersion())" 2>&1 | tail -1
+    "$PY" -m pip --version
     echo "tools: $(command -v taskset curl | tr '\n' ' ')"
   fi
   echo "kept in $(since) s"
