@@ -4,15 +4,18 @@
 #
 #   here (connected, repository root):  bash tools/gpu/offline_run.sh prepare   [DRY=1: CPU, this machine]
 #   device calls 1..K-1:                bash tools/gpu/offline_run.sh keep      carry what `prepare` printed
-#   device call K:                      bash tools/gpu/offline_run.sh main      carry the last part (and the data)
-#   device call K+1 (optional):         bash tools/gpu/offline_run.sh more      carry nothing
+#   device call K:                      bash tools/gpu/offline_run.sh install   carry the last part
+#   device call K+1:                    bash tools/gpu/offline_run.sh main      carry nothing
+#   device call K+2:                    bash tools/gpu/offline_run.sh more      carry nothing
 #
 # `prepare` writes the offline archive (python -m generator archive) in parts sized to what one call carries beside
 # the working tree, one folder per call, and builds the repositories the run serves (python -m generator build).
-# `main` joins nothing by hand: python -m generator serve --prepare --from-archive verifies and installs the parts,
-# then generator serve, loadtest bench, loadtest engine and loadtest run measure, while GPU metrics are scraped.
-# Everything lands in $OUT (8 files at most). DRY=1 rehearses the same on this machine's CPU (CPU repositories,
-# an archive for this Python); run `main` and `more` under `unshare -n` to cut the network.
+# `install` joins nothing by hand: python -m generator serve --prepare --from-archive verifies and installs the
+# parts; `main` then measures with generator serve, loadtest bench, loadtest engine and loadtest run while the GPU
+# series are scraped, and `more` adds the FP16/INT8 agreement, the INT8 load check and tools/tradeoff.py.
+# Each call leaves two files in $OUT: <call>-summary.md and <call>.tar.gz. DRY=1 rehearses the same on this
+# machine's CPU (CPU repositories, an archive for this Python): tools/gpu/offline_rehearse.sh runs every call under
+# `unshare -n` with only what it carries.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 2
@@ -81,11 +84,12 @@ plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside
   for i in "${!calls[@]}"; do
     local carry=${calls[$i]} mib cmd="keep"
     mib=$(( ( $(du -cb $carry | tail -1 | cut -f1) + tree ) / 1048576 ))
-    [ "$i" = $(( ${#calls[@]} - 1 )) ] && cmd=main
+    [ "$i" = $(( ${#calls[@]} - 1 )) ] && cmd="install (timeout_s 600)"
     echo "  call $((i + 1)): carry [$(echo $carry | sed 's/ /, /')] ($mib MiB with the tree): bash tools/gpu/offline_run.sh $cmd"
     [ "$mib" -lt 64 ] || echo "  error: call $((i + 1)) would carry $mib MiB (64 at most)"
   done
-  echo "  call $(( ${#calls[@]} + 1 )) (optional): carry []: bash tools/gpu/offline_run.sh more"
+  echo "  call $(( ${#calls[@]} + 1 )): carry [] (timeout_s 600): bash tools/gpu/offline_run.sh main"
+  echo "  call $(( ${#calls[@]} + 2 )): carry [] (timeout_s 600): bash tools/gpu/offline_run.sh more"
 }
 
 # --- device --------------------------------------------------------------------------------------------------
@@ -114,13 +118,22 @@ step() {  # step NAME SECONDS COMMAND...: run, log to $T/logs/NAME.log, note rc 
   return $rc
 }
 
-install() {
+install() {  # the last part's call: join, verify and install with the project's command (nothing else)
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   local first
-  keep > /dev/null && first=$(ls "$T"/parts/*.001-of-* | head -1) && [ -d "$T/data" ] || return 3
-  step install 300 "$PY" -m generator serve --prepare --from-archive "$first" || return 3
-  RT=$(sed -n 's/^Project runtime: \([^ ]*\) .*/\1/p' "$T/logs/install.log")
-  [ -x "$RT" ] || { echo "no project runtime in the install's output"; return 3; }
-  grep -v "^Creating\|^Unpacking" "$T/logs/install.log" | tee "$OUT/install.txt"
+  keep > /dev/null && first=$(ls "$T"/parts/*.001-of-* | head -1) || return 3
+  "$PY" -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/', timeout=3)" >/dev/null 2>&1 &&
+    echo "note: the package index answers here" || echo "no package index reachable (as intended)"
+  step install 560 "$PY" -m generator serve --prepare --from-archive "$first"
+  local rc=$?
+  grep -v "^Creating\|^Unpacking" "$T/logs/install.log" | cut -c1-400 | tee "$T/install.txt"
+  echo "install took $(since) s"
+  return $rc
+}
+
+runtime() {  # the project runtime the install made (its python runs the project's commands)
+  RT=$(ls -d "$T"/cache/environments/runtime-*/bin/python 2>/dev/null | head -1)
+  [ -x "$RT" ] || { echo "no installed runtime in $T/cache: run install first (within 30 s of it)"; return 3; }
 }
 
 scrape_gpu() {  # the watchdog endpoint's gpu_* series once a second while $T/scraping exists
@@ -185,16 +198,25 @@ precisions() {  # FP16 and INT8 on the GPU: agreement with the CPU path, and whe
     step "engine-y11_$p" 120 "$RT" -m loadtest engine --repository "$T/data/y11_$p" --model "y11_$p" \
       --batches $batch --seconds 1 --out "$OUT/engine-y11_$p.json"
   done
-  serve_start serve-int8 y11_int8 && serve_stop
-  grep -h "provider\|refus" "$T/logs/serve-int8.log" | tail -n 5 | cut -c1-700 | tee "$OUT/int8-load.txt"
+  # The detector logs its provider check at load: served (a line) or refused (the load fails, the server exits).
+  "$RT" -m generator serve --model-repository "$T/data/y11_int8" --watchdog-metrics-port 0 > "$T/logs/serve-int8.log" 2>&1 &
+  SERVER=$!
+  local i
+  for i in $(seq 150); do
+    grep -q "agrees with the CPU provider\|ProviderDisagreement\|^Triton .* ready" "$T/logs/serve-int8.log" && break
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 1
+  done
+  sleep 2; serve_stop
+  echo "serve-int8 checked in ${i} s (t=$(since)s)" >> "$OUT/steps.txt"
+  grep -h "agrees with the CPU provider" "$T/logs/serve-int8.log" | head -n 2 | cut -c1-900 | tee "$OUT/int8-load.txt"
 }
 
-main() {
-  mkdir -p "$T/parts" "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
+main() {  # serve y11 and demo, measure, scrape the GPU series
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
-  "$PY" -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/', timeout=3)" >/dev/null 2>&1 &&
-    echo "note: the package index answers here" || echo "no package index reachable (as intended)"
-  install || return 3
+  runtime || return 3
+  cp "$T/install.txt" "$OUT/" 2>/dev/null
   serve_start serve y11 demo || { bundle run; return 4; }
   scrape_gpu
   measure
@@ -206,8 +228,7 @@ main() {
 more() {  # FP16/INT8 agreement and the INT8 load check, then the CPU detector's topology on this host's cores
   mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
-  RT=$(ls -d "$T"/cache/environments/runtime-*/bin/python 2>/dev/null | head -1)
-  [ -x "$RT" ] || { echo "no installed runtime in $T/cache: run main first (within 30 s of it)"; return 3; }
+  runtime || return 3
   precisions
   local cores rounds=2 window=5
   cores=$(nproc)
@@ -231,8 +252,9 @@ bundle() {  # bundle NAME: $OUT keeps the summary and one tar of everything else
 case "${1:-}" in
   prepare) prepare ;;
   keep) keep ;;
+  install) install ;;
   main) main ;;
   more) more ;;
   plan) plan "$(tree_bytes)" "?" ;;
-  *) echo "usage: $0 prepare | plan | keep | main | more"; exit 2 ;;
+  *) echo "usage: $0 prepare | plan | keep | install | main | more"; exit 2 ;;
 esac
