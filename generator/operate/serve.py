@@ -22,10 +22,10 @@ from generator.operate.admin import ModelControl
 from generator.repository.versions import read_index
 from generator.server.embedded import EmbeddedServer
 from generator.server.environments import LockedEnvironment
+from generator.server.gpu_metrics import GpuMonitor, sample_in_background
 from generator.server.hardening import AdminAccess, admin_access
 from generator.server.shutdown import EXIT_TIMEOUT_S
 from generator.server.tracing import DEFAULT_RATE, TraceSettings, TraceSettingsError
-from generator.server.gpu_metrics import GpuMonitor, sample_in_background
 from generator.server.watchdog import (
     Supervisor,
     WatchdogError,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from generator.server.gpu_metrics import GpuMonitor, import_nvml, serve
+from generator.server.ports import free_port
 from generator.server.watchdog import WatchdogMetrics, serve_metrics
 from loadtest.metrics import parse_prometheus
-from tests.conftest import free_port
 
 
 class NVMLError(Exception):
