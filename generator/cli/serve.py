@@ -14,7 +14,6 @@ import argparse
 from pathlib import Path
 
 from generator.errors import ServerError
-from generator.operate.serve import ServeSettings, serve, served_models, trace_flags
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer
 from generator.server.environments import STUB_ENVIRONMENTS, LockedEnvironment, stub_environment_for
 from generator.server.hardening import AdminAccess
@@ -73,7 +72,7 @@ def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_p
         return
     watchdog = f", watchdog metrics 127.0.0.1:{watchdog_port}" if watchdog_port else ""
     print(f"Triton {TRITON_VERSION} ready: HTTP {server.http_url}, gRPC {server.grpc_url}, "
-          f"metrics {server.metrics_url}{watchdog}; models: {', '.join(served_models(server))}", flush=True)
+          f"metrics {server.metrics_url}{watchdog}; models: {', '.join(_served_models(server))}", flush=True)
     where = f"header '{admin.header}', gRPC metadata '{GRPC_HEADER_PREFIX}{admin.header}'"
     if admin.generated:
         print(f"Admin APIs ({', '.join(admin.groups)}) are restricted; key ({where}): {admin.token}", flush=True)
@@ -84,8 +83,16 @@ def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_p
     print("Press Ctrl-C to stop.", flush=True)
 
 
+def _served_models(server: EmbeddedServer) -> list[str]:
+    from generator.operate.serve import served_models
+
+    return served_models(server)
+
+
 def trace_args(args: argparse.Namespace) -> list[str]:
     """Triton's OpenTelemetry flags for ``--trace-otlp`` (none without it)."""
+    from generator.operate.serve import trace_flags
+
     return trace_flags(args.trace_otlp, args.trace_rate)
 
 
@@ -129,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
                              restart_grace_s=args.restart_grace_s)
     except ValueError as exc:
         raise ServerError(f"watchdog settings: {exc}") from None
+    # Imported here: --prepare (--from-archive) runs on a bare offline Python with the standard library alone.
+    from generator.operate.serve import ServeSettings, serve
+
     settings = ServeSettings(repositories, stub, args.http_port, args.grpc_port, args.metrics_port, policy,
                              args.drain_timeout_s, args.watchdog_metrics_port, tuple(trace_args(args)),
                              explicit=args.model_control == "explicit")

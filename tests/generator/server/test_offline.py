@@ -211,3 +211,16 @@ def test_serve_prepare_from_archive_is_one_command_with_a_one_line_refusal(
     assert err.startswith("error: refusing the archive p.tar: it is partial") and "\n" not in err
     assert main(["archive", "--present", str(tmp_path / "none.txt")]) == 1
     assert "--present applies to --runtime" in capsys.readouterr().err
+
+
+def test_the_offline_install_needs_the_standard_library_alone(tmp_path: Path) -> None:
+    """A bare offline host: ``serve --prepare --from-archive`` imports nothing outside the standard library."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[3]
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from generator.cli import main; "
+            "sys.exit(main(['serve', '--prepare', '--from-archive', sys.argv[2]]))")
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(root), str(tmp_path / "none.tar")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == f"error: archive not found: {tmp_path / 'none.tar'}"
