@@ -60,7 +60,7 @@ prepare() {
   local part_mib=$(( (64 * 1048576 - tree - 1572864) / 1048576 ))
   local target=(--stub-env cpu,gpu --python 3.12 --machine x86_64 --present tools/gpu/h200-present.txt)
   [ "$DRY" = 1 ] && target=(--stub-env cpu)
-  "$PY" -m generator archive "${target[@]}" --schema --runtime build,client,loadtest --split "${part_mib}M" \
+  "$PY" -m generator archive "${target[@]}" --schema --runtime build,client,loadtest,rollout --split "${part_mib}M" \
     --output "$W/archive" || return 1
   local n=0 f
   for f in "$W"/archive/*.tar.[0-9][0-9][0-9]-of-*; do
