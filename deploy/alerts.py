@@ -5,9 +5,9 @@ Rendered twice: ``monitoring/prometheus/alerts.yml`` (the compose Prometheus loa
 the file in CI, and tests/integration/test_alert_rules.py fires them with ``promtool test rules`` on series
 scraped from a real embedded server.
 
-GPU rules use Triton's own ``nv_gpu_*`` metrics (DCGM inside Triton). Triton reports power draw and its limit
-but no temperature or throttle reasons, so power capping is alerted on and thermal throttling is not: that
-needs NVIDIA's DCGM exporter (``DCGM_FI_DEV_THERMAL_VIOLATION``), which deploy does not run.
+GPU rules read the GPU exporter's ``gpu_*`` series (generator/server/gpu_metrics.py: NVML, served beside the
+watchdog by ``generator serve`` and by the GPU profile's exporter): NVML reports the throttle reasons, so thermal
+and power throttling are alerted on directly. Triton's own ``nv_gpu_*`` need DCGM, which a plain GPU host lacks.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ WATCHDOG_RESTARTS = "triton_watchdog_restarts_total"
 # A container's watchdog exits for its restart; where its counters do not survive that (compose's tmpfs), the
 # new process's start time still changes.
 WATCHDOG_STARTED = "triton_watchdog_start_time_seconds"
-_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog)_[a-z_]+)\b")
+_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog|gpu)_[a-z_]+)\b")
+# "Pinned": the GPU busy this share of NVML's samples over 10 min while the p95 rose by this factor in 30 min.
+GPU_PINNED_RATIO = 0.95
+P95_RISE = 1.5
 
 
 @dataclass(frozen=True)
@@ -95,22 +98,37 @@ def _platform_alerts(s: Settings) -> list[Alert]:
               "The watchdog restarted Triton",
               "Reason {{ $labels.reason }} (none: the container restarted): a Python-backend stub died, probes failed, or tritonserver exited "
               "(generator/server/watchdog.py). Look at the server log of the restarted container."),
+    ]
+
+
+def _gpu_alerts(s: Settings) -> list[Alert]:
+    selector = f'nv_inference_request_summary_us{{model="{s.model_name}",quantile="0.95"}}'
+    return [
         Alert("GpuMemoryNearFull",
-              f"max by (gpu_uuid) (nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes) > "
-              f"{s.alert_gpu_memory_percent / 100:g}", "10m", "warning",
-              f"GPU memory above {s.alert_gpu_memory_percent}%",
-              "GPU {{ $labels.gpu_uuid }} uses {{ $value | humanizePercentage }} of its memory: a larger batch "
-              "or another instance may not fit."),
+              f"max by (uuid) (gpu_memory_used_bytes / gpu_memory_total_bytes) > {s.alert_gpu_memory_percent / 100:g}",
+              "10m", "warning", f"GPU memory above {s.alert_gpu_memory_percent}%",
+              "GPU {{ $labels.uuid }} uses {{ $value | humanizePercentage }} of its memory: a larger batch or "
+              "another instance may not fit (gpu_process_memory_bytes says which model holds it)."),
+        Alert("GpuThermalThrottling", 'max by (uuid) (gpu_throttled{reason="thermal"}) > 0', "2m", "critical",
+              "GPU clocks held down by temperature",
+              "NVML reports thermal slowdown on GPU {{ $labels.uuid }}: check cooling and airflow; throughput "
+              "and latency suffer until it cools (gpu_temperature_celsius)."),
         Alert("GpuPowerThrottling",
-              f"max by (gpu_uuid) (nv_gpu_power_usage / nv_gpu_power_limit) > {s.alert_power_percent / 100:g}",
+              f'max by (uuid) (gpu_throttled{{reason="power"}}) > 0 or '
+              f"max by (uuid) (gpu_power_watts / gpu_power_limit_watts) > {s.alert_power_percent / 100:g}",
               "10m", "warning", "GPU at its power limit: clocks are being throttled",
-              "GPU {{ $labels.gpu_uuid }} draws {{ $value | humanizePercentage }} of its power limit. Triton does "
-              "not report thermal throttling; a DCGM exporter would (DCGM_FI_DEV_THERMAL_VIOLATION)."),
+              "GPU {{ $labels.uuid }} is power-capped (NVML's power cap or brake, or a draw near the limit)."),
+        Alert("GpuSaturatedLatencyRising",
+              f"(avg_over_time(gpu_utilization_ratio[10m]) > {GPU_PINNED_RATIO:g}) and on() "
+              f"(max({selector}) > {P95_RISE:g} * max({selector} offset 30m))",
+              "10m", "warning", f"GPU pinned while the {s.model_name} p95 rises: out of GPU capacity",
+              "GPU {{ $labels.uuid }} has been busy for 10 min while the p95 grew by half in 30 min: the GPU, "
+              "not the queue settings, is the bound. Add a GPU or replica, or lower the precision."),
     ]
 
 
 def alert_rules(settings: Settings) -> list[Alert]:
-    return _serving_alerts(settings) + _quality_alerts(settings) + _platform_alerts(settings)
+    return _serving_alerts(settings) + _quality_alerts(settings) + _platform_alerts(settings) + _gpu_alerts(settings)
 
 
 def rule_groups(settings: Settings) -> list[dict[str, Any]]:

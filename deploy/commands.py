@@ -21,6 +21,7 @@ MODELS_VOLUME = "/models"
 CURRENT_LINK = "current"
 MODEL_REPOSITORY = f"{MODELS_VOLUME}/{CURRENT_LINK}"
 WATCHDOG_PATH = "/opt/deploy/watchdog.py"
+GPU_METRICS_PATH = "/opt/deploy/gpu_metrics.py"  # imported by the watchdog from beside it
 # The watchdog's counters across its container's restarts: /tmp is the pod's emptyDir in Kubernetes (kept
 # while the pod lives); compose's tmpfs starts empty again, and the alert then sees the start time change.
 WATCHDOG_STATE = "/tmp/watchdog/state.json"

@@ -46,6 +46,15 @@ TRITON_METRICS = frozenset(
         "nv_gpu_power_limit",
     }
 )
+# The GPU exporter's series (generator/server/gpu_metrics.py: NVML, beside the watchdog or alone); Triton's own
+# nv_gpu_* need DCGM, which a plain GPU host lacks.
+GPU_METRICS = frozenset(
+    {
+        "gpu_info", "gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_memory_total_bytes",
+        "gpu_memory_peak_bytes", "gpu_power_watts", "gpu_power_limit_watts", "gpu_energy_joules_total",
+        "gpu_temperature_celsius", "gpu_sm_clock_hertz", "gpu_throttled", "gpu_process_memory_bytes",
+    }
+)
 # What the preprocess and NMS steps export (generator/serving/contract.py) and the watchdog's own endpoint.
 QUALITY_METRICS = frozenset(
     {
@@ -59,9 +68,9 @@ WATCHDOG_METRICS = frozenset(
         "triton_watchdog_server_starts_total", "triton_watchdog_healthy", "triton_watchdog_start_time_seconds",
     }
 )
-KNOWN_METRICS = TRITON_METRICS | QUALITY_METRICS | WATCHDOG_METRICS
+KNOWN_METRICS = TRITON_METRICS | QUALITY_METRICS | WATCHDOG_METRICS | GPU_METRICS
 
-_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog)_[a-z_]+)\b")
+_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog|gpu)_[a-z_]+)\b")
 
 
 def metric_names(expr: str) -> set[str]:
@@ -198,28 +207,33 @@ def _health_specs(every: str) -> list[Spec]:
             "GPU utilisation",
             "percentunit",
             [
-                ("avg by (gpu_uuid) (nv_gpu_utilization)", "{{gpu_uuid}}"),
+                ("max by (uuid) (gpu_utilization_ratio)", "{{uuid}}"),
+                ("max by (uuid, reason) (gpu_throttled)", "throttled: {{reason}} {{uuid}}"),
             ],
-            "DCGM utilisation (0-1) per GPU.",
+            "NVML utilisation (0-1) per GPU, and 1 while its clocks are held down (thermal, power).",
         ),
         (
             "GPU memory",
             "bytes",
             [
-                ("sum by (gpu_uuid) (nv_gpu_memory_used_bytes)", "used {{gpu_uuid}}"),
-                ("sum by (gpu_uuid) (nv_gpu_memory_total_bytes)", "total {{gpu_uuid}}"),
+                ("max by (uuid) (gpu_memory_used_bytes)", "used {{uuid}}"),
+                ("max by (uuid) (gpu_memory_peak_bytes)", "peak {{uuid}}"),
+                ("max by (uuid) (gpu_memory_total_bytes)", "total {{uuid}}"),
+                ("sum by (model) (gpu_process_memory_bytes)", "{{model}}"),
             ],
-            "Used and total device memory per GPU.",
+            "Used, peak and total device memory per GPU, and what each model's processes hold.",
         ),
         (
-            "GPU power",
+            "GPU power and temperature",
             "watt",
             [
-                ("max by (gpu_uuid) (nv_gpu_power_usage)", "draw {{gpu_uuid}}"),
-                ("max by (gpu_uuid) (nv_gpu_power_limit)", "limit {{gpu_uuid}}"),
+                ("max by (uuid) (gpu_power_watts)", "draw {{uuid}}"),
+                ("max by (uuid) (gpu_power_limit_watts)", "limit {{uuid}}"),
+                ("max by (uuid) (gpu_temperature_celsius)", "°C {{uuid}}"),
+                ("sum(rate(gpu_energy_joules_total[5m])) / sum(rate(nv_inference_count{model=~\".*_detector\"}[5m]))",
+                 "joules per image"),
             ],
-            "Power draw against the limit per GPU: at the limit the clocks are throttled (Triton reports no "
-            "temperature).",
+            "Power draw against the limit, temperature, and energy per detected image over 5 min.",
         ),
         (
             "Watchdog restarts",

@@ -128,6 +128,7 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "probe_command": commands.probe_command(settings),
         "models_volume": commands.MODELS_VOLUME,
         "watchdog_path": commands.WATCHDOG_PATH,
+        "gpu_metrics_path": commands.GPU_METRICS_PATH,
         "detector_onnx_path": settings_module.DETECTOR_ONNX_PATH,
         "validate_images_path": settings_module.VALIDATE_IMAGES_PATH,
         "validate_labels_path": settings_module.VALIDATE_LABELS_PATH,

@@ -20,6 +20,7 @@ from typing import Any
 from .closed_loop import client_factory, closed_loop
 from .crosscheck import crosscheck
 from .detector import raw_detector
+from .energy import EnergyMeter, energy_record
 from .images import synthetic_images
 from .machine import machine_info
 from .metrics import snapshot, stage_deltas
@@ -48,35 +49,47 @@ class BenchSettings:
 
 
 def _cell(endpoints: Endpoints, settings: BenchSettings, protocol: str, size: tuple[int, int],
-          images: list[bytes], concurrency: int) -> dict[str, Any]:
-    """One closed-loop window and the per-model deltas of Triton's counters over exactly that window."""
+          images: list[bytes], concurrency: int, energy: EnergyMeter | None = None) -> dict[str, Any]:
+    """One closed-loop window and the per-model deltas of Triton's counters (and the GPUs' energy, where NVML
+    answers) over exactly that window."""
     url = endpoints.grpc if protocol == "grpc" else endpoints.http
     before: dict[str, Any] = {}
 
     def scrape_start() -> None:
         before["snapshot"] = snapshot(endpoints.metrics)  # after the warm-up requests
+        before["energy"] = energy.read() if energy else None
 
     loop = closed_loop(client_factory(protocol, url, settings.model, settings.timeout_s), images, concurrency,
                        settings.duration_s, settings.warmup_requests, scrape_start)
     stages = stage_deltas(before["snapshot"], snapshot(endpoints.metrics))
+    gpu_energy = energy_record(before["energy"], energy.read() if energy else None, len(loop.latencies_ms),
+                               loop.elapsed_s)
     label = f"{protocol} {size[0]}x{size[1]}"
     point = point_from_latencies("bench", concurrency, loop.latencies_ms, loop.failures, loop.elapsed_s, label)
-    logger.info("  %s c=%d: %d req, %.2f rps, p50 %s ms, p95 %s ms, failures %d", label, concurrency,
-                point.requests, point.throughput_rps, point.p50_ms, point.p95_ms, loop.failures)
-    return {"protocol": protocol, "size": list(size), "concurrency": concurrency,
+    logger.info("  %s c=%d: %d req, %.2f rps, p50 %s ms, p95 %s ms, failures %d%s", label, concurrency,
+                point.requests, point.throughput_rps, point.p50_ms, point.p95_ms, loop.failures,
+                f", {gpu_energy['joules_per_image']} J/image" if gpu_energy else "")
+    cell = {"protocol": protocol, "size": list(size), "concurrency": concurrency,
             "avg_image_bytes": round(sum(map(len, images)) / len(images)), "point": point.to_dict(),
             "errors": loop.errors, "stages": {name: s.to_dict() for name, s in stages.items()}}
+    if gpu_energy is not None:
+        cell["gpu_energy"] = gpu_energy
+    return cell
 
 
 def ensemble_cells(endpoints: Endpoints, settings: BenchSettings) -> list[dict[str, Any]]:
     """Every protocol x size x concurrency cell: client latencies and Triton's per-stage deltas."""
     logger.info("(b) ensemble, closed loop ...")
+    energy = EnergyMeter()
+    if not energy.available:
+        logger.info("no energy per image: %s", energy.unavailable)
     cells: list[dict[str, Any]] = []
     for size in settings.sizes:
         images = synthetic_images([size], per_size=settings.images_per_size)
         for protocol in settings.protocols:
             for concurrency in settings.concurrency:
-                cells.append(_cell(endpoints, settings, protocol, size, images, concurrency))
+                cells.append(_cell(endpoints, settings, protocol, size, images, concurrency,
+                                   energy if energy.available else None))
     return cells
 
 

@@ -54,6 +54,12 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
 
 def _cell_lines(cells: list[dict[str, Any]]) -> list[str]:
     lines = ["", "## (b) Ensemble through Triton, closed loop", "", *points_table([point_of(c) for c in cells])]
+    energy = [c for c in cells if c.get("gpu_energy")]
+    if energy:
+        lines += ["", "GPU energy (NVML's counter over each window, every GPU of the host):", "",
+                  "| cell | J per image | mean power W |", "|---|---:|---:|"]
+        lines += [f"| {c['point']['label']} c={c['concurrency']} | {c['gpu_energy']['joules_per_image']} | "
+                  f"{c['gpu_energy']['mean_power_w']} |" for c in energy]
     lines += ["", "## (c) Per-stage costs (Triton metrics, average per request)", ""]
     for cell in cells:
         lines += [f"### {cell['point']['label']}, concurrency {cell['concurrency']}", ""]

@@ -19,6 +19,7 @@ COMMANDS = {
     "versus": ("versus", "The served ensemble against the same ONNX in-process (and Ultralytics), paired rounds."),
     "sizing": ("sizing", "Ramp camera streams at --fps: the largest N within --p95-ms and --max-drop, beside the formula."),
     "nms-bench": ("nms_bench", "NMS in the detector graph (--nms-in-graph) against the Python nms step, paired."),
+    "engine": ("engine", "The detector engine alone (the served graph outside Triton) at fixed batch sizes."),
 }
 
 

@@ -25,8 +25,10 @@ COPY generator /opt/project/generator
 COPY deploy /opt/project/deploy
 RUN python3 -m pip install "/opt/project[serve]"
 
-# Standard library only: the liveness/readiness probe and the supervisor of tritonserver.
+# Standard library only: the liveness/readiness probe and the supervisor of tritonserver, and beside it the GPU
+# series its metrics endpoint adds where NVML answers (nvidia-ml-py, in the serve extra).
 COPY generator/server/watchdog.py /opt/deploy/watchdog.py
+COPY generator/server/gpu_metrics.py /opt/deploy/gpu_metrics.py
 RUN mkdir -p /models && chown 1000:1000 /models
 
 # triton-server (uid 1000) ships with the image; never run as root.

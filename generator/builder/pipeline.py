@@ -27,6 +27,7 @@ from generator.builder.stages.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings
 from generator.builder.stages.graph.placement import NmsPlacement, nms_placement
 from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisation_prefix
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
+from generator.builder.stages.provider_check import control_file, wants_check
 from generator.builder.stages.service_time import measure_service_time
 from generator.demo import DEMO_ONNX
 from generator.model.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
@@ -44,6 +45,7 @@ from generator.repository.write import write_repository
 from generator.serving.contract import GRAPH_NMS_LAYOUT
 from generator.serving.gpu.environment import detector_record
 from generator.serving.gpu.environment import record as preprocess_record
+from generator.serving.provider_check import CHECK_FILE
 
 if TYPE_CHECKING:
     from generator.builder.stages.precision.stage import PrecisionTransform
@@ -244,6 +246,8 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
         backend_io = onnxruntime_io(onnx_bytes) if options.target == "onnxruntime" else None
         io = detector_io(backend_io or declared_io(info_served), info_served, options)
         files = {f"{detector}/{folder}/model.onnx": onnx_bytes}
+        if wants_check(options):  # the GPU detector checks its provider against the CPU's at load
+            files[f"{detector}/{folder}/{CHECK_FILE}"] = control_file(onnx_bytes, info_served, options)
         if io.warmup is not None:
             files[f"{detector}/warmup/{io.warmup.file}"] = io.warmup.data
         return DetectorBuild(files, io, backend_io)

@@ -18,6 +18,7 @@ COMMANDS = {
     "rollout": ("rollout", "Try the newest version on a share of the traffic; promote or roll back by itself."),
     "rollback": ("rollback", "Stop a canary, or move the alias back to the previous stable version."),
     "validate": ("validate", "Accuracy gate: compare a built repository with the FP32 reference (mAP)."),
+    "archive": ("archive", "Write what the embedded server needs for a machine with no package index (offline)."),
 }
 
 

@@ -14,7 +14,6 @@ import argparse
 from pathlib import Path
 
 from generator.errors import ServerError
-from generator.operate.serve import ServeSettings, serve, served_models, trace_flags
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer
 from generator.server.environments import STUB_ENVIRONMENTS, LockedEnvironment, stub_environment_for
 from generator.server.hardening import AdminAccess
@@ -42,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-grace-s", type=float, default=5.0,
                         help="seconds an unhealthy server gets after SIGTERM before it is killed and restarted")
     parser.add_argument("--watchdog-metrics-port", type=int, default=WATCHDOG_METRICS_PORT,
-                        help="the watchdog's Prometheus metrics (restarts by reason, failed probes) on 127.0.0.1 "
-                             "at this port; 0: off")
+                        help="the watchdog's Prometheus metrics (restarts by reason, failed probes) and the GPUs' "
+                             "(NVML: utilisation, memory, power, energy, temperature, clocks, throttling) on "
+                             "127.0.0.1 at this port; 0: off")
     parser.add_argument("--trace-otlp", metavar="URL",
                         help="send OpenTelemetry traces to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318/v1/traces); "
                              "requests carrying a W3C traceparent are always traced")
@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "server cache on first use); auto: gpu when a Python model has KIND_GPU instances")
     parser.add_argument("--prepare", action="store_true",
                         help="only fetch the server and make the stub environment, then exit (for images, offline use)")
+    parser.add_argument("--from-archive", type=Path, metavar="FILE",
+                        help="with --prepare, on a machine with no package index: install the server, the stub "
+                             "environments (and the schema environment and the project runtime, if carried) from an "
+                             "archive of python -m generator archive (the file, or any of its parts), verifying every "
+                             "hash first")
 
 
 def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_port: int) -> None:
@@ -67,7 +72,7 @@ def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_p
         return
     watchdog = f", watchdog metrics 127.0.0.1:{watchdog_port}" if watchdog_port else ""
     print(f"Triton {TRITON_VERSION} ready: HTTP {server.http_url}, gRPC {server.grpc_url}, "
-          f"metrics {server.metrics_url}{watchdog}; models: {', '.join(served_models(server))}", flush=True)
+          f"metrics {server.metrics_url}{watchdog}; models: {', '.join(_served_models(server))}", flush=True)
     where = f"header '{admin.header}', gRPC metadata '{GRPC_HEADER_PREFIX}{admin.header}'"
     if admin.generated:
         print(f"Admin APIs ({', '.join(admin.groups)}) are restricted; key ({where}): {admin.token}", flush=True)
@@ -78,8 +83,16 @@ def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_p
     print("Press Ctrl-C to stop.", flush=True)
 
 
+def _served_models(server: EmbeddedServer) -> list[str]:
+    from generator.operate.serve import served_models
+
+    return served_models(server)
+
+
 def trace_args(args: argparse.Namespace) -> list[str]:
     """Triton's OpenTelemetry flags for ``--trace-otlp`` (none without it)."""
+    from generator.operate.serve import trace_flags
+
     return trace_flags(args.trace_otlp, args.trace_rate)
 
 
@@ -91,7 +104,28 @@ def _prepare(stub: LockedEnvironment, repository: Path) -> int:
     return 0
 
 
+def _prepare_offline(args: argparse.Namespace) -> int:
+    from generator.server.embedded import cache_root
+    from generator.server.offline import install_archive
+
+    if not args.prepare:
+        raise ServerError("--from-archive installs ahead of serving: use it with --prepare")
+    installed = install_archive(args.from_archive, cache_root(), None if args.stub_env == "auto" else args.stub_env)
+    stubs = "; ".join(f"{name} environment in {env.root} (verified against {name}.txt)"
+                      for name, env in installed.stubs.items())
+    print(f"Triton {TRITON_VERSION} in {installed.server.root}; {stubs}; installed with no package index", flush=True)
+    if installed.schema is not None:
+        print(f"perf-analyzer environment (Triton {TRITON_VERSION}'s config schema for builds) in "
+              f"{installed.schema.root}", flush=True)
+    if installed.runtime is not None:
+        print(f"Project runtime: {installed.runtime.python} (run python -m generator, loadtest and clients with it)",
+              flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.from_archive is not None:
+        return _prepare_offline(args)
     repositories: list[Path] = args.model_repository or [Path("model_repository")]
     stub = stub_environment_for(repositories) if args.stub_env == "auto" else STUB_ENVIRONMENTS[args.stub_env]
     if args.prepare:
@@ -102,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
                              restart_grace_s=args.restart_grace_s)
     except ValueError as exc:
         raise ServerError(f"watchdog settings: {exc}") from None
+    # Imported here: --prepare (--from-archive) runs on a bare offline Python with the standard library alone.
+    from generator.operate.serve import ServeSettings, serve
+
     settings = ServeSettings(repositories, stub, args.http_port, args.grpc_port, args.metrics_port, policy,
                              args.drain_timeout_s, args.watchdog_metrics_port, tuple(trace_args(args)),
                              explicit=args.model_control == "explicit")

@@ -10,6 +10,7 @@ prints what happens; this module does it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,11 +22,21 @@ from generator.operate.admin import ModelControl
 from generator.repository.versions import read_index
 from generator.server.embedded import EmbeddedServer
 from generator.server.environments import LockedEnvironment
+from generator.server.gpu_metrics import GpuMonitor, sample_in_background
 from generator.server.hardening import AdminAccess, admin_access
 from generator.server.shutdown import EXIT_TIMEOUT_S
 from generator.server.tracing import DEFAULT_RATE, TraceSettings, TraceSettingsError
-from generator.server.watchdog import Supervisor, WatchdogError, WatchdogMetrics, WatchPolicy, serve_metrics
+from generator.server.watchdog import (
+    Supervisor,
+    WatchdogError,
+    WatchdogMetrics,
+    WatchPolicy,
+    instance_model,
+    python_stubs,
+    serve_metrics,
+)
 
+logger = logging.getLogger(__name__)
 _ENSEMBLE_RE = re.compile(r'^\s*platform\s*:\s*"ensemble"\s*$', re.MULTILINE)
 
 
@@ -115,7 +126,8 @@ def serve(settings: ServeSettings, on_ready: OnReady) -> int:
     # The watchdog waits as long for a stopping server as the server's own drain takes (shutdown.py).
     policy = dataclasses.replace(settings.policy, grace_s=server.stop_timing.watchdog_grace_s)
     metrics = WatchdogMetrics()
-    endpoint = _watchdog_endpoint(metrics, settings.watchdog_metrics_port)
+    endpoint = _watchdog_endpoint(metrics, settings.watchdog_metrics_port,
+                                  gpu_series(server) if settings.watchdog_metrics_port else None)
     supervisor = Supervisor(server.launch, server.http_url, probed, policy, restart=True, on_healthy=lambda start: on_ready(server, admin, start),
                             metrics=metrics, explicit=settings.explicit)
     restore = supervisor.install_signal_handlers()
@@ -130,12 +142,30 @@ def serve(settings: ServeSettings, on_ready: OnReady) -> int:
             endpoint.shutdown()
 
 
-def _watchdog_endpoint(metrics: WatchdogMetrics, port: int) -> Any:
-    """The watchdog's metrics endpoint on loopback, or None with port 0."""
+def gpu_series(server: EmbeddedServer) -> Callable[[], str]:
+    """The GPUs' series (absent without NVML), GPU memory labelled with the model of each of Triton's processes."""
+    monitor = GpuMonitor()
+    if not monitor.available:
+        logger.info("no GPU metrics: %s", monitor.unavailable)
+        return lambda: ""
+    sample_in_background(monitor)
+
+    def models() -> dict[int, str]:
+        process = server.process
+        if process is None or process.poll() is not None:
+            return {}
+        stubs = python_stubs(process.pid)
+        return {process.pid: "tritonserver", **{pid: instance_model(name) for pid, name in stubs.items()}}
+
+    return lambda: monitor.render(models)
+
+
+def _watchdog_endpoint(metrics: WatchdogMetrics, port: int, extra: Callable[[], str] | None = None) -> Any:
+    """The watchdog's metrics endpoint on loopback (with the GPUs' series), or None with port 0."""
     if port == 0:
         return None
     try:
-        return serve_metrics(metrics, "127.0.0.1", port)
+        return serve_metrics(metrics, "127.0.0.1", port, extra)
     except OSError as exc:
         raise ServerError(f"cannot serve the watchdog metrics on 127.0.0.1:{port}: {exc.strerror or exc} "
                           "(choose another --watchdog-metrics-port, or 0 for none)") from None

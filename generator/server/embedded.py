@@ -45,6 +45,8 @@ WHEEL_SHA256 = {
     "aarch64": "c9b9d475c3ae76b153f24439a32807a87646bc472b37faa2ffddf01c436fa013",
 }
 STUB_PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12")
+# The platform tag of the wheel per architecture, for fetching it for another machine (generator/server/offline.py).
+WHEEL_PLATFORM = {"x86_64": "manylinux_2_35_x86_64", "aarch64": "manylinux_2_35_aarch64"}
 
 
 def cache_root() -> Path:
@@ -90,12 +92,20 @@ def _download_wheel(directory: Path) -> Path:
     if result.returncode != 0 or len(wheels) != 1:
         raise ServerError(
             f"could not download nvidia-pytriton=={PYTRITON_VERSION} from the package index "
-            f"(pip said: {result.stderr.strip()[-300:]}); check network access to PyPI"
+            f"(pip said: {result.stderr.strip()[-300:]}); check network access to PyPI, or install from an "
+            "offline archive (python -m generator serve --prepare --from-archive FILE)"
         )
-    digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
-    if digest != WHEEL_SHA256[arch]:
-        raise ServerError(f"{wheels[0].name} has sha256 {digest}, expected {WHEEL_SHA256[arch]}; refusing to use it")
+    verify_wheel(wheels[0], arch)
     return wheels[0]
+
+
+def verify_wheel(wheel: Path, arch: str) -> None:
+    """Refuse a server wheel whose sha256 is not the one pinned for ``arch``."""
+    if arch not in WHEEL_SHA256:
+        raise ServerError(f"the embedded Triton server is available for {sorted(WHEEL_SHA256)}, not {arch}")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != WHEEL_SHA256[arch]:
+        raise ServerError(f"{wheel.name} has sha256 {digest}, expected {WHEEL_SHA256[arch]}; refusing to use it")
 
 
 def _unpack(wheel: Path, destination: Path, python_tag: str) -> None:
@@ -119,17 +129,25 @@ def _unpack(wheel: Path, destination: Path, python_tag: str) -> None:
         executable.chmod(0o755)
 
 
-def ensure_server() -> ServerInstall:
-    """Return the cached server install, fetching and unpacking the pinned wheel the first time."""
+def server_location(python_tag: str | None = None) -> Path:
+    return cache_root() / f"tritonserver-{TRITON_VERSION}-py{python_tag or _python_tag()}"
+
+
+def ensure_server(wheel: Path | None = None) -> ServerInstall:
+    """Return the cached server install, unpacking the pinned wheel the first time: ``wheel`` when given (an
+    offline archive's, verified here again), else one fetched from the package index."""
     python_tag = _python_tag()
-    root = cache_root() / f"tritonserver-{TRITON_VERSION}-py{python_tag}"
+    root = server_location(python_tag)
     install = ServerInstall(root)
     if install.binary.exists():
         return install
     root.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("Fetching Triton %s (nvidia-pytriton %s) into %s ...", TRITON_VERSION, PYTRITON_VERSION, root)
+    logger.info("Unpacking Triton %s (nvidia-pytriton %s) into %s ...", TRITON_VERSION, PYTRITON_VERSION, root)
     with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-        wheel = _download_wheel(Path(tmp) / "wheel")
+        if wheel is None:
+            wheel = _download_wheel(Path(tmp) / "wheel")
+        else:
+            verify_wheel(wheel, platform.machine())
         staging = Path(tmp) / "install"
         _unpack(wheel, staging, python_tag)
         try:

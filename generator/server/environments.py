@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,8 +90,9 @@ def is_verified(root: Path, locked: LockedEnvironment) -> bool:
     return recorded.is_file() and recorded.read_text().strip() == locked.digest()
 
 
-def ensure_environment(locked: LockedEnvironment, cache: Path) -> Environment:
-    """Return the environment of ``locked``, creating it the first time (pip, hashes required)."""
+def ensure_environment(locked: LockedEnvironment, cache: Path, wheelhouse: Sequence[Path] = ()) -> Environment:
+    """Return the environment of ``locked``, creating it the first time (pip, hashes required): from the package
+    index, or with ``wheelhouse`` from those folders alone (an offline archive's wheels, generator/server/offline.py)."""
     if sys.version_info[:2] < locked.min_python:
         wanted = ".".join(map(str, locked.min_python))
         raise ServerError(f"the {locked.name} environment needs Python >= {wanted} (its pins have no wheels for "
@@ -106,7 +108,7 @@ def ensure_environment(locked: LockedEnvironment, cache: Path) -> Environment:
     logger.info("Creating the %s environment in %s from %s ...", locked.name, root, locked.lock.name)
     with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{locked.name}-") as tmp:
         staging = Path(tmp) / "env"
-        _create(staging, locked)
+        _create(staging, locked, wheelhouse)
         try:
             staging.rename(root)
         except OSError:  # another process finished it first
@@ -115,13 +117,39 @@ def ensure_environment(locked: LockedEnvironment, cache: Path) -> Environment:
     return Environment(root)
 
 
-def _create(staging: Path, locked: LockedEnvironment) -> None:
-    """A venv of this interpreter with the lock installed; the digest file is written only after pip succeeded."""
-    _run([sys.executable, "-m", "venv", str(staging)], f"could not create a virtual environment in {staging}")
-    pip = [str(staging / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-           "--no-input", "--require-hashes", "--no-deps", "--only-binary=:all:", "-r", str(locked.lock)]
-    _run(pip, f"could not install {locked.lock.name} (check access to the package index)")
+def _create(staging: Path, locked: LockedEnvironment, wheelhouse: Sequence[Path] = ()) -> None:
+    """A venv of this interpreter with the lock installed; the digest file is written only after pip succeeded.
+
+    The venv gets no pip of its own (``ensurepip`` is missing from some system Pythons): this interpreter's pip
+    installs into it (``pip --python``)."""
+    _run([sys.executable, "-m", "venv", "--without-pip", str(staging)],
+         f"could not create a virtual environment in {staging}")
+    # --isolated: no pip configuration or PIP_* variable adds another source to an offline install.
+    source = ["--isolated", "--no-index", *(a for f in wheelhouse for a in ("--find-links", str(f)))] if wheelhouse else []
+    pip = [*pip_into(staging), "--require-hashes", "--no-deps", "--only-binary=:all:", *source,
+           "-r", str(locked.lock)]
+    where = f"from {', '.join(map(str, wheelhouse))}" if wheelhouse else "(check access to the package index)"
+    _run(pip, f"could not install {locked.lock.name} {where}")
     (staging / DIGEST_FILE).write_text(locked.digest() + "\n")
+
+
+def pip_into(root: Path, pip_version: tuple[int, ...] | None = None) -> list[str]:
+    """This interpreter's pip, installing into the environment at ``root``: ``pip --python`` (pip >= 22.3), or
+    with an older pip ``--prefix`` into the environment's folders (what is installed here is then not reused)."""
+    common = ["install", "--quiet", "--disable-pip-version-check", "--no-input"]
+    if (pip_version or _pip_version()) >= (22, 3):
+        return [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), *common]
+    return [sys.executable, "-m", "pip", *common, "--prefix", str(root), "--ignore-installed",
+            "--no-warn-script-location"]
+
+
+def _pip_version() -> tuple[int, ...]:
+    try:
+        from importlib.metadata import version
+
+        return tuple(int(part) for part in re.findall(r"\d+", version("pip"))[:2])
+    except Exception:  # noqa: BLE001 -- no pip metadata: the --prefix way works with any pip
+        return (0,)
 
 
 def _run(command: list[str], failure: str) -> None:
@@ -129,3 +157,32 @@ def _run(command: list[str], failure: str) -> None:
     if result.returncode != 0:
         said = (result.stderr or result.stdout).strip()[-600:]
         raise ServerError(f"{failure}; it said: {said}")
+
+
+RUNTIME = "runtime"
+
+
+def ensure_runtime(cache: Path, wheelhouse: Path, digest: str, also: Sequence[Path] = ()) -> Environment:
+    """The project's runtime from an offline archive's ``runtime/`` folder: a venv that sees this interpreter's
+    packages (a ``.pth`` of its site folders) and gets from ``wheelhouse`` alone what they lack, so a GPU host's
+    own numpy, OpenCV or gRPC are used where they fit and nothing is installed twice. ``also``: more folders
+    of wheels (the stub's, which the archive does not carry twice)."""
+    root = cache / "environments" / f"{RUNTIME}-py{sys.version_info.major}.{sys.version_info.minor}-{digest[:16]}"
+    recorded = root / DIGEST_FILE
+    if recorded.is_file() and recorded.read_text().strip() == digest:
+        return Environment(root)
+    if root.exists():
+        shutil.rmtree(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{RUNTIME}-") as tmp:
+        staging = Path(tmp) / "env"
+        _run([sys.executable, "-m", "venv", "--without-pip", str(staging)],
+             f"could not create a virtual environment in {staging}")
+        sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
+        (Environment(staging).site_packages / "tde-host-packages.pth").write_text("".join(f"{p}\n" for p in sites))
+        more = [a for folder in also for a in ("--find-links", str(folder))]
+        _run([*pip_into(staging), "--isolated", "--no-index", "--find-links", str(wheelhouse), *more, "-r",
+              str(wheelhouse / "requirements.txt")], f"could not install the project's runtime from {wheelhouse}")
+        (staging / DIGEST_FILE).write_text(digest + "\n")
+        staging.rename(root)
+    return Environment(root)

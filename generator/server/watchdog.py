@@ -278,15 +278,17 @@ class WatchdogMetrics:
         return "\n".join(lines) + "\n"
 
 
-def serve_metrics(metrics: WatchdogMetrics, host: str, port: int) -> http.server.ThreadingHTTPServer:
-    """Serve ``GET /metrics`` on a daemon thread; ``shutdown()`` the returned server to stop."""
+def serve_metrics(metrics: WatchdogMetrics, host: str, port: int,
+                  extra: Callable[[], str] | None = None) -> http.server.ThreadingHTTPServer:
+    """Serve ``GET /metrics`` on a daemon thread; ``shutdown()`` the returned server to stop. ``extra`` adds
+    more series (``generator serve``: the GPUs', gpu_metrics.py)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
-            body = metrics.render().encode()
+            body = (metrics.render() + (extra() if extra else "")).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -347,6 +349,7 @@ class Supervisor:
                  metrics: WatchdogMetrics | None = None, explicit: bool = False) -> None:
         parse_address(url)
         self._launch, self.url, self.models, self.policy = launch, url, tuple(models), policy
+        self.child: subprocess.Popen[Any] | None = None  # the server started last
         # Explicit model control: models come and go through the load/unload API, and so do their stubs.
         self.explicit = explicit
         self.restart, self._on_healthy = restart, on_healthy
@@ -378,7 +381,7 @@ class Supervisor:
         """Supervise until stopped (exit code of the drained server) or, without restart, until unhealthy."""
         failed_starts = 0
         while True:
-            child = self._launch()
+            child = self.child = self._launch()
             self.starts += 1
             self.metrics.count(start=True)
             reason = self._await_healthy(child)
@@ -569,6 +572,31 @@ def _kill_group(child: subprocess.Popen[Any]) -> None:
 # --- the command line --------------------------------------------------------------------------------------
 
 
+def gpu_series(supervisor: Supervisor) -> Callable[[], str] | None:
+    """The GPUs' series beside the watchdog's (gpu_metrics.py, copied next to this file in the image or imported
+    from the package), GPU memory labelled by model; None where that module or NVML is missing."""
+    try:
+        import gpu_metrics  # the image's copy beside this file
+    except ImportError:
+        try:
+            from generator.server import gpu_metrics
+        except ImportError:
+            return None
+    monitor = gpu_metrics.GpuMonitor()
+    if not monitor.available:
+        logger.info("no GPU metrics: %s", monitor.unavailable)
+        return None
+    gpu_metrics.sample_in_background(monitor)
+
+    def models() -> dict[int, str]:
+        child = supervisor.child
+        if child is None or child.poll() is not None:
+            return {}
+        return {child.pid: "tritonserver", **{pid: instance_model(n) for pid, n in python_stubs(child.pid).items()}}
+
+    return lambda: str(monitor.render(models))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="watchdog.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
@@ -611,9 +639,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy = WatchPolicy(failures=args.failures, interval_s=args.interval_s, timeout_s=args.timeout_s,
                              grace_s=args.grace_s, start_timeout_s=args.start_timeout_s)
         metrics = WatchdogMetrics(args.state_file)
-        if args.metrics_port:
-            serve_metrics(metrics, args.metrics_address, args.metrics_port)
         supervisor = Supervisor(launch_command(command), args.url, args.model, policy, metrics=metrics)
+        if args.metrics_port:
+            serve_metrics(metrics, args.metrics_address, args.metrics_port, gpu_series(supervisor))
         supervisor.install_signal_handlers()
         return supervisor.run()
     except (ProbeError, WatchdogError, ValueError, OSError) as exc:

@@ -85,7 +85,7 @@ class CudaProviderError(RuntimeError):
 
 
 class OnnxRunner:
-    def __init__(self, path: str, intra_op_threads: int = 0, inter_op_threads: int = 1,
+    def __init__(self, path: str | bytes, intra_op_threads: int = 0, inter_op_threads: int = 1,
                  spin_wait: bool = False, cuda: CudaSettings | None = None, buckets: Sequence[int] = ()) -> None:
         import onnxruntime as ort  # heavy; only the detector step needs it
 

@@ -34,10 +34,12 @@ def test_dashboard_covers_rate_latency_queue_failures_and_gpu(dashboard: dict[st
     for model in settings.composing_models:
         assert any(model in e and "nv_inference_queue_duration_us" in e for e in queue)
     assert any("nv_inference_request_failure" in e for e in _exprs(dashboard, "failures"))
-    assert any("nv_gpu_utilization" in e for e in _exprs(dashboard, "GPU utilisation"))
-    assert any("nv_gpu_memory_used_bytes" in e for e in _exprs(dashboard, "GPU memory"))
-    assert any("nv_gpu_power_usage" in e and "nv_gpu_power_limit" in " ".join(_exprs(dashboard, "GPU power"))
-               for e in _exprs(dashboard, "GPU power"))
+    assert any("gpu_utilization_ratio" in e for e in _exprs(dashboard, "GPU utilisation"))
+    assert any("gpu_memory_used_bytes" in e for e in _exprs(dashboard, "GPU memory"))
+    assert any("gpu_memory_peak_bytes" in e for e in _exprs(dashboard, "GPU memory"))
+    power = " ".join(_exprs(dashboard, "GPU power"))
+    assert all(name in power for name in ("gpu_power_watts", "gpu_power_limit_watts", "gpu_temperature_celsius",
+                                          "gpu_energy_joules_total"))
     assert any("triton_watchdog_restarts_total" in e for e in _exprs(dashboard, "Watchdog restarts"))
 
 

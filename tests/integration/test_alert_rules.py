@@ -27,6 +27,7 @@ from tritonclient.utils import InferenceServerException
 
 from deploy.alerts import rule_groups
 from deploy.settings import Settings, apply_overrides
+from generator.server.gpu_metrics import GpuMonitor
 from generator.server.watchdog import WatchdogMetrics
 from generator.synthetic import encode
 from loadtest.metrics import Sample, parse_prometheus, scrape
@@ -175,7 +176,7 @@ def test_latency_and_queue_alerts_fire_above_their_thresholds_only(real_phases, 
     })])
 
 
-def test_watchdog_restart_and_gpu_alerts(tmp_path: Path) -> None:
+def test_watchdog_restart_alert(tmp_path: Path) -> None:
     metrics = WatchdogMetrics()
     before = {s.name + str(sorted(s.labels.items())): s for s in parse_prometheus(metrics.render())}
     metrics.count(restart="dead_stub")
@@ -186,19 +187,48 @@ def test_watchdog_restart_and_gpu_alerts(tmp_path: Path) -> None:
             v0, v1 = before[key].value, sample.value
             restart_series.append({"series": series_text((sample.name, tuple(sorted(sample.labels.items())))),
                                    "values": f"{v0:g}x30 {v1:g}x30"})
-    gpu = 'gpu_uuid="GPU-0"'
-    gib = 1024**3
-    series = [*restart_series,
-              {"series": f"nv_gpu_memory_total_bytes{{{gpu}}}", "values": f"{141 * gib}x40"},
-              {"series": f"nv_gpu_memory_used_bytes{{{gpu}}}", "values": f"{40 * gib}x20 {136 * gib}x20"},
-              {"series": f"nv_gpu_power_limit{{{gpu}}}", "values": "700x40"},
-              {"series": f"nv_gpu_power_usage{{{gpu}}}", "values": "450x20 699x20"}]
     write_rules(tmp_path / "alerts.yml", Settings())
-    run_promtool(tmp_path, "alerts.yml", [alert_test(series, {
+    run_promtool(tmp_path, "alerts.yml", [alert_test(restart_series, {
         ("20m", "TritonStubRestarted"): [],
         ("35m", "TritonStubRestarted"): [firing("TritonStubRestarted", reason="dead_stub")],
         ("50m", "TritonStubRestarted"): [],
-        ("25m", "GpuMemoryNearFull"): [],
-        ("35m", "GpuMemoryNearFull"): [firing("GpuMemoryNearFull", gpu_uuid="GPU-0")],
-        ("35m", "GpuPowerThrottling"): [firing("GpuPowerThrottling", gpu_uuid="GPU-0")],
+    })])
+
+
+def exporter_phases() -> list[dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    """The GPU exporter's real series (generator/server/gpu_metrics.py) over a fake NVML, one scrape per phase:
+    idle, busy and cool, busy and hot (thermal and power throttling, memory at 96 %)."""
+    from tests.generator.server.test_gpu_metrics import FakeGpu, fake_nvml, values
+
+    gpu = FakeGpu("GPU-0", used=30 * 2**30, total=141 * 2**30, util=2, power_mw=90_000, reasons=0x1)
+    monitor = GpuMonitor(fake_nvml([gpu]))
+    phases = [values(monitor.render())]
+    gpu.util, gpu.power_mw, gpu.reasons, gpu.used = 99, 520_000, 0x0, 80 * 2**30
+    phases.append(values(monitor.render()))
+    gpu.power_mw, gpu.reasons, gpu.used = 699_000, 0x4 | 0x40, 136 * 2**30
+    phases.append(values(monitor.render()))
+    return phases
+
+
+def test_gpu_alerts_fire_on_the_exporters_series(tmp_path: Path) -> None:
+    """30 min idle, 30 min busy and cool with the p95 flat, 30 min busy and hot while the p95 triples."""
+    idle, busy, hot = exporter_phases()
+    series = []
+    for key in idle:
+        if key[0] in ("gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_memory_total_bytes",
+                      "gpu_power_watts", "gpu_power_limit_watts", "gpu_throttled"):
+            series.append({"series": series_text(key), "values": f"{idle[key]:.17g}x30 {busy[key]:.17g}x30 "
+                                                                  f"{hot[key]:.17g}x30"})
+    p95 = 'nv_inference_request_summary_us{model="yolo",quantile="0.95"}'
+    series.append({"series": p95, "values": "40000x30 40000x30 120000x30"})
+    write_rules(tmp_path / "alerts.yml", Settings())
+    uuid = {"uuid": "GPU-0"}
+    thermal = {"exp_labels": {"severity": "critical", **uuid}}
+    run_promtool(tmp_path, "alerts.yml", [alert_test(series, {
+        ("25m", "GpuThermalThrottling"): [], ("55m", "GpuThermalThrottling"): [],
+        ("85m", "GpuThermalThrottling"): [thermal],
+        ("55m", "GpuPowerThrottling"): [], ("85m", "GpuPowerThrottling"): [firing("GpuPowerThrottling", **uuid)],
+        ("55m", "GpuMemoryNearFull"): [], ("85m", "GpuMemoryNearFull"): [firing("GpuMemoryNearFull", **uuid)],
+        ("55m", "GpuSaturatedLatencyRising"): [],
+        ("85m", "GpuSaturatedLatencyRising"): [{"exp_labels": {"severity": "warning", "gpu": "0", **uuid}}],
     })])

@@ -4,7 +4,9 @@ With the ``detector_device`` parameter "gpu" (``--device gpu``, instances of KIN
 CUDA provider on this instance's GPU, and ``FORCE_CPU_ONLY_INPUT_TENSORS`` "no" lets a batch the GPU preprocess
 left in GPU memory arrive there: it is bound in place (``ensemble_pipeline.cuda_provider``). The outputs come back
 to the host once, for the NMS step. A dynamic-batch export gets one session per batch bucket, each run once at
-load (``ensemble_pipeline.runner.batch_buckets``).
+load (``ensemble_pipeline.runner.batch_buckets``). Then the control images the build stored beside the graph
+run on this provider: a GPU detector whose detections differ from the CPU provider's (what the accuracy gate
+measured) refuses to load (``ensemble_pipeline.provider_check``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 from ensemble_common import failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.cuda_provider import DEVICE_PARAMETER, CudaSettings, stack_tensors
+from ensemble_pipeline.provider_check import (
+    CHECK_PARAMETER,
+    MIN_AGREEMENT,
+    MIN_AGREEMENT_PARAMETER,
+    check_provider,
+)
 from ensemble_pipeline.runner import OnnxRunner, batch_buckets, served_item, session_threads
 
 
@@ -40,6 +48,11 @@ class TritonPythonModel:
             warmed = self.runner.warm_up((1, max_batch), served_item([int(d) for d in config["input"][0]["dims"]], size))
             pb_utils.Logger.log_info(f"detector: CUDA provider on GPU {self.device_id} ({cuda.parameters()}), "
                                      f"sessions warmed up at batch {warmed}")
+            check = params.get(CHECK_PARAMETER)
+            if check:  # refuse to serve detections the accuracy gate never saw (provider_check.py)
+                verdict = check_provider(self.runner.run, path.parent / check, f"the CUDA provider on GPU {self.device_id}",
+                                         float(params.get(MIN_AGREEMENT_PARAMETER, MIN_AGREEMENT)))
+                pb_utils.Logger.log_info(f"detector: {verdict}")
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:

@@ -102,3 +102,13 @@ def test_the_server_puts_the_stub_environment_first_on_path(tmp_path: Path) -> N
     env = EmbeddedServer(tmp_path).environment(ServerInstall(tmp_path / "server"), stub)
     assert env["PATH"].split(":")[0] == str(stub.bin)
     assert "PYTHONHOME" not in env
+
+
+def test_environments_are_filled_by_this_interpreters_pip_old_or_new(tmp_path: Path) -> None:
+    """venvs are made without ensurepip; pip >= 22.3 installs into them with --python, an older one with --prefix."""
+    from generator.server.environments import pip_into
+
+    new = pip_into(tmp_path, (24, 0))
+    assert new[:5] == [sys.executable, "-m", "pip", "--python", str(tmp_path / "bin" / "python")]
+    old = pip_into(tmp_path, (22, 2))
+    assert "--python" not in old and old[old.index("--prefix") + 1] == str(tmp_path) and "--ignore-installed" in old

@@ -117,11 +117,28 @@ def images(count: int, value: int) -> np.ndarray:
     return np.full((count, 2, 2, 3), value, np.uint8)
 
 
-def test_host_tensors_stack_on_the_host_and_never_touch_cupy() -> None:
+def test_a_lone_host_tensor_stays_on_the_host_and_never_touches_cupy() -> None:
     def no_cupy() -> Any:
-        raise AssertionError("CuPy imported for host tensors")
+        raise AssertionError("CuPy imported for a lone host tensor")
 
-    batch, sizes = stack_tensors([Tensor(images(1, 1), False), Tensor(images(2, 2), False)], 0, no_cupy)
+    tensor = Tensor(images(2, 7), False)
+    batch, sizes = stack_tensors([tensor], 0, no_cupy)
+    assert batch is tensor.array and sizes == [2]
+
+
+def test_several_host_tensors_are_copied_to_the_gpu_and_joined_there() -> None:
+    cupy = FakeCupy()
+    batch, sizes = stack_tensors([Tensor(images(1, 1), False), Tensor(images(2, 2), False)], 0, lambda: cupy)
+    assert sizes == [1, 2] and isinstance(batch, DeviceArray)
+    np.testing.assert_array_equal(batch.array[:, 0, 0, 0], [1, 2, 2])
+    assert cupy.calls == ["asarray", "asarray", "concatenate", "synchronize"]  # no host-side join
+
+
+def test_without_cupy_several_host_tensors_are_joined_on_the_host() -> None:
+    def missing() -> Any:
+        raise RuntimeError("the detector got its input in GPU memory and needs CuPy")
+
+    batch, sizes = stack_tensors([Tensor(images(1, 1), False), Tensor(images(2, 2), False)], 0, missing)
     assert isinstance(batch, np.ndarray) and sizes == [1, 2]
     np.testing.assert_array_equal(batch[:, 0, 0, 0], [1, 2, 2])
 

@@ -25,6 +25,7 @@ from generator.repository.admission import Admission
 from generator.serving import contract
 from generator.serving.cuda_provider import DEVICE_PARAMETER
 from generator.serving.cuda_provider import SETTINGS as CUDA_SETTINGS
+from generator.serving.provider_check import CHECK_FILE, CHECK_PARAMETER
 
 _DETECTOR_TEMPLATES = {
     "embedded": "detector_embedded.pbtxt.j2",
@@ -109,8 +110,10 @@ def gpu_detector_parameters(options: BuildOptions, image_size: tuple[int, int]) 
         return {}
     if options.target == "embedded":
         height, width = image_size
+        # The control images the detector checks its provider with at load (generator/serving/provider_check.py).
+        check = {CHECK_PARAMETER: CHECK_FILE} if options.normalise_in == "graph" else {}
         return {DEVICE_PARAMETER: "gpu", "FORCE_CPU_ONLY_INPUT_TENSORS": "no", "input_height": str(height),
-                "input_width": str(width), **CUDA_SETTINGS.parameters()}
+                "input_width": str(width), **CUDA_SETTINGS.parameters(), **check}
     return CUDA_SETTINGS.legacy_parameters()
 
 

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# The H200 proof through the project's own commands on a machine with no package index (issue 28).
+# README.md beside this file ("The offline run") has the call plan; in short:
+#
+#   here (connected, repository root):  bash tools/gpu/offline_run.sh prepare   [DRY=1: CPU, this machine]
+#   device calls 1..K-1:                bash tools/gpu/offline_run.sh keep      carry what `prepare` printed
+#   device call K:                      bash tools/gpu/offline_run.sh install   carry the last part
+#   device call K+1:                    bash tools/gpu/offline_run.sh main      carry nothing
+#   device call K+2:                    bash tools/gpu/offline_run.sh more      carry nothing
+#
+# `prepare` writes the offline archive (python -m generator archive) in parts sized to what one call carries beside
+# the working tree, one folder per call, and builds the repositories the run serves (python -m generator build).
+# `install` joins nothing by hand: python -m generator serve --prepare --from-archive verifies and installs the
+# parts; `main` then measures with generator serve, loadtest bench, loadtest engine and loadtest run while the GPU
+# series are scraped, and `more` adds the FP16/INT8 agreement, the INT8 load check and tools/tradeoff.py.
+# Each call leaves two files in $OUT: <call>-summary.md and <call>.tar.gz. DRY=1 rehearses the same on this
+# machine's CPU (CPU repositories, an archive for this Python): tools/gpu/offline_rehearse.sh runs every call under
+# `unshare -n` with only what it carries.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 2
+W=.device/run
+T=${TDE_TMP:-/tmp/tde}
+OUT=${OUT:-$T/out}
+DRY=${DRY:-0}
+PY=${PY:-python3}
+export TRITON_DETECTION_CACHE=$T/cache PYTHONUNBUFFERED=1
+export TRITON_ADMIN_TOKEN=${TRITON_ADMIN_TOKEN:-offline-run-admin-key-28}
+t0=$(date +%s)
+since() { echo $(( $(date +%s) - t0 )); }
+
+# --- here ----------------------------------------------------------------------------------------------------
+build_repos() {  # the repositories the run serves, built with the project's command into $W/data
+  local dev=(--device gpu --preprocess-device gpu --instances 2 2 2)
+  [ "$DRY" = 1 ] && dev=(--device cpu --preprocess-device cpu --instances 1 1 1)
+  # Capacity is measured: queues deep enough that nothing is shed (overload is proven elsewhere).
+  local common=(--max-batch 32 --max-queue-ms 10000 --service-ms 10 --force)
+  "$PY" -c "import onnx; from tests.fixtures.ultralytics import load; onnx.save(load('yolo11-dynamic'), '$W/y11.onnx')" &&
+    "$PY" -c "from pathlib import Path; from tests.integration.family_matrix import write_calibration_images as w; w(Path('$W/calib'))" ||
+    return 1
+  local y11=(--onnx "$W/y11.onnx" --imgsz 640 640)
+  "$PY" -m generator build --name demo --output "$W/data/demo" "${dev[@]}" "${common[@]}" &&
+    "$PY" -m generator build "${y11[@]}" --name y11 --output "$W/data/y11" "${dev[@]}" "${common[@]}" &&
+    "$PY" -m generator build "${y11[@]}" --name y11_fp16 --precision fp16 --no-validate \
+      --output "$W/data/y11_fp16" "${dev[@]}" "${common[@]}" &&
+    "$PY" -m generator build "${y11[@]}" --name y11_int8 --precision int8 --calib-images "$W/calib" --no-validate \
+      --output "$W/data/y11_int8" "${dev[@]}" "${common[@]}"
+}
+
+tree_bytes() {  # what every call carries besides its parts: tracked and untracked-not-ignored files
+  git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}'
+}
+
+prepare() {
+  local exclude; exclude="$(git rev-parse --git-common-dir)/info/exclude"
+  grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
+  rm -rf "$W" && mkdir -p "$W/archive" "$W/data" || return 1
+  local tree; tree=$(tree_bytes)
+  # 64 MiB a call, less the tree and 1.5 MiB of margin (the last call carries the data too).
+  local part_mib=$(( (64 * 1048576 - tree - 1572864) / 1048576 ))
+  local target=(--stub-env cpu,gpu --python 3.12 --machine x86_64 --present tools/gpu/h200-present.txt)
+  [ "$DRY" = 1 ] && target=(--stub-env cpu)
+  "$PY" -m generator archive "${target[@]}" --schema --runtime build,client,loadtest,rollout --split "${part_mib}M" \
+    --output "$W/archive" || return 1
+  local n=0 f
+  for f in "$W"/archive/*.tar.[0-9][0-9][0-9]-of-*; do
+    n=$((n + 1)); mkdir -p "$(printf '%s/p%02d' "$W" "$n")" && mv "$f" "$(printf '%s/p%02d/' "$W" "$n")"
+  done
+  build_repos || { echo "error: building the repositories failed"; return 1; }
+  rm -rf "$W/archive" "$W/calib" "$W/y11.onnx"
+  plan "$tree" "$part_mib"
+}
+
+plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside the tree; the data goes with the
+  # last part when it fits there, else in a call of its own before it
+  local tree=$1 budget=$(( 64 * 1048576 - $1 - 1572864 )) parts=() i
+  parts=($(ls -d "$W"/p[0-9][0-9]))
+  local data; data=$(du -sb "$W/data" | cut -f1)
+  local last; last=$(du -sb "${parts[-1]}" | cut -f1)
+  local calls=() n=${#parts[@]}
+  for i in $(seq 0 $((n - 2))); do calls+=("${parts[$i]}"); done
+  if [ $(( last + data )) -le "$budget" ]; then calls+=("${parts[-1]} $W/data"); else calls+=("$W/data" "${parts[-1]}"); fi
+  echo "Tree ${tree} bytes; parts of $2 MiB: $n parts, data $(( data / 1048576 )) MiB. Device calls, back to back:"
+  for i in "${!calls[@]}"; do
+    local carry=${calls[$i]} mib cmd="keep"
+    mib=$(( ( $(du -cb $carry | tail -1 | cut -f1) + tree ) / 1048576 ))
+    [ "$i" = $(( ${#calls[@]} - 1 )) ] && cmd="install (timeout_s 600)"
+    echo "  call $((i + 1)): carry [$(echo $carry | sed 's/ /, /')] ($mib MiB with the tree): bash tools/gpu/offline_run.sh $cmd"
+    [ "$mib" -lt 64 ] || echo "  error: call $((i + 1)) would carry $mib MiB (64 at most)"
+  done
+  echo "  call $(( ${#calls[@]} + 1 )): carry [] (timeout_s 600): bash tools/gpu/offline_run.sh main"
+  echo "  call $(( ${#calls[@]} + 2 )): carry [] (timeout_s 600): bash tools/gpu/offline_run.sh more"
+}
+
+# --- device --------------------------------------------------------------------------------------------------
+keep() {  # copy what this call carried (parts, data) into /tmp: the machine keeps /tmp while it is warm (30 s)
+  mkdir -p "$T/parts" || return 3
+  local folder
+  for folder in "$W"/p[0-9][0-9]; do [ -d "$folder" ] && cp -n "$folder"/* "$T/parts/"; done
+  [ -d "$W/data" ] && [ ! -d "$T/data" ] && cp -r "$W/data" "$T/data"
+  ls -l "$T/parts" | tail -n +2 | awk '{print $5, $9}'; [ -d "$T/data" ] && echo "data: $(ls "$T/data")"
+  if [ ! -e "$T/facts" ]; then
+    touch "$T/facts"; nvidia-smi -L 2>&1 | head -2; "$PY" --version
+    "$PY" -c "import pynvml; pynvml.nvmlInit(); print('NVML', pynvml.nvmlSystemGetDriverVersion())" 2>&1 | tail -1
+    "$PY" -m pip --version
+    echo "tools: $(command -v taskset curl | tr '\n' ' ')"
+  fi
+  echo "kept in $(since) s"
+}
+
+step() {  # step NAME SECONDS COMMAND...: run, log to $T/logs/NAME.log, note rc and time in $OUT/steps.txt
+  local name=$1 limit=$2; shift 2
+  local start; start=$(date +%s)
+  timeout "$limit" "$@" > "$T/logs/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - start ))s (t=$(since)s)" | tee -a "$OUT/steps.txt"
+  [ $rc = 0 ] || tail -n 4 "$T/logs/$name.log"
+  return $rc
+}
+
+install() {  # the last part's call: join, verify and install with the project's command (nothing else)
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
+  local first
+  keep > /dev/null && first=$(ls "$T"/parts/*.001-of-* | head -1) || return 3
+  "$PY" -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/', timeout=3)" >/dev/null 2>&1 &&
+    echo "note: the package index answers here" || echo "no package index reachable (as intended)"
+  step install 560 "$PY" -m generator serve --prepare --from-archive "$first"
+  local rc=$?
+  grep -v "^Creating\|^Unpacking" "$T/logs/install.log" | cut -c1-400 | tee "$T/install.txt"
+  echo "install took $(since) s"
+  return $rc
+}
+
+runtime() {  # the project runtime the install made (its python runs the project's commands)
+  RT=$(ls -d "$T"/cache/environments/runtime-*/bin/python 2>/dev/null | head -1)
+  [ -x "$RT" ] || { echo "no installed runtime in $T/cache: run install first (within 30 s of it)"; return 3; }
+}
+
+scrape_gpu() {  # the watchdog endpoint's gpu_* series once a second while $T/scraping exists
+  touch "$T/scraping"
+  "$RT" - "$T/scraping" "$OUT/gpu-metrics.txt" <<'PY' &
+import sys, time, urllib.request
+flag, out = sys.argv[1], sys.argv[2]
+import os
+with open(out, "a") as sink:
+    while os.path.exists(flag):
+        try:
+            text = urllib.request.urlopen("http://127.0.0.1:8003/metrics", timeout=2).read().decode()
+            sink.write(f"# {time.time():.3f}\n" + "".join(l + "\n" for l in text.splitlines() if l.startswith("gpu_")))
+            sink.flush()
+        except OSError as exc:
+            sink.write(f"# {time.time():.3f} scrape failed: {exc}\n")
+        time.sleep(1)
+PY
+}
+
+serve_start() {  # serve_start NAME REPOSITORY...: generator serve in the background, wait until it is ready
+  local name=$1; shift
+  local args=() r
+  for r in "$@"; do args+=(--model-repository "$T/data/$r"); done
+  "$RT" -m generator serve "${args[@]}" --watchdog-metrics-port 8003 > "$T/logs/$name.log" 2>&1 &
+  SERVER=$!
+  local i
+  for i in $(seq 240); do
+    grep -q "^Triton .* ready" "$T/logs/$name.log" && { echo "$name ready after ${i} s (t=$(since)s)" | tee -a "$OUT/steps.txt"; return 0; }
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 1
+  done
+  echo "$name did not become ready (t=$(since)s)" | tee -a "$OUT/steps.txt"; tail -n 30 "$T/logs/$name.log"
+  return 1
+}
+
+serve_stop() { kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; }
+
+measure() {  # the sweeps against the engine alone, most important first; then a Locust cross-check
+  local levels=1,8,32,64,128 dur=6 batches=1,8,32
+  [ "$DRY" = 1 ] && { levels=1,4; dur=2; batches=1,4; }
+  local bench=(--url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 --concurrency $levels --duration $dur
+               --paired-rounds 0 --crosscheck-concurrency 0 --results-dir "$OUT/bench")
+  local model
+  for model in y11 demo; do
+    step "bench-$model" 200 "$RT" -m loadtest bench "${bench[@]}" --model $model --label $model
+    step "engine-$model" 150 "$RT" -m loadtest engine --repository "$T/data/$model" --model $model \
+      --batches $batches --seconds 2 --out "$OUT/engine-$model.json"
+  done
+  local users=128 workers=8
+  [ "$DRY" = 1 ] && { users=4; workers=1; }
+  step locust-y11 90 "$RT" -m loadtest run --url 127.0.0.1:8001 --protocol grpc --model y11 --users $users \
+    --spawn-rate $users --duration 15s --local-workers $workers --sizes 1280x720 --out "$T/locust-y11" \
+    --metrics-url 127.0.0.1:8002
+  cp "$T/locust-y11/summary.json" "$OUT/locust-y11.json" 2>/dev/null
+}
+
+precisions() {  # FP16 and INT8 on the GPU: agreement with the CPU path, and whether the server refuses them
+  local p batch=32
+  [ "$DRY" = 1 ] && batch=2
+  for p in fp16 int8; do
+    step "engine-y11_$p" 120 "$RT" -m loadtest engine --repository "$T/data/y11_$p" --model "y11_$p" \
+      --batches $batch --seconds 1 --out "$OUT/engine-y11_$p.json"
+  done
+  # The detector logs its provider check at load: served (a line) or refused (the load fails, the server exits).
+  "$RT" -m generator serve --model-repository "$T/data/y11_int8" --watchdog-metrics-port 0 > "$T/logs/serve-int8.log" 2>&1 &
+  SERVER=$!
+  local i
+  for i in $(seq 150); do
+    grep -q "agrees with the CPU provider\|ProviderDisagreement\|^Triton .* ready" "$T/logs/serve-int8.log" && break
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 1
+  done
+  sleep 2; serve_stop
+  echo "serve-int8 checked in ${i} s (t=$(since)s)" >> "$OUT/steps.txt"
+  grep -h "agrees with the CPU provider" "$T/logs/serve-int8.log" | head -n 2 | cut -c1-900 | tee "$OUT/int8-load.txt"
+}
+
+main() {  # serve y11 and demo, measure, scrape the GPU series
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
+  [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
+  runtime || return 3
+  cp "$T/install.txt" "$OUT/" 2>/dev/null
+  serve_start serve y11 demo || { bundle run; return 4; }
+  scrape_gpu
+  measure
+  rm -f "$T/scraping"
+  serve_stop
+  bundle run
+}
+
+more() {  # FP16/INT8 agreement and the INT8 load check, then the CPU detector's topology on this host's cores
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
+  [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
+  runtime || return 3
+  precisions
+  local cores rounds=2 window=5
+  cores=$(nproc)
+  [ "$DRY" = 1 ] && { rounds=1; window=2; }
+  step tradeoff 480 "$RT" -m tools.tradeoff --cores "$cores" --rounds $rounds --window $window \
+    --output "$T/tradeoff.json"
+  cp -r "$T/tradeoff.json" "$T/tradeoff" "$OUT/" 2>/dev/null
+  grep "^|" "$T/logs/tradeoff.log" | tail -n 5
+  bundle more
+}
+
+bundle() {  # bundle NAME: $OUT keeps the summary and one tar of everything else (8 files at most come back)
+  "$RT" tools/gpu/offline_summary.py "$OUT" "$T/logs" > "$T/summary.md" 2>&1
+  cat "$T/summary.md"
+  mkdir -p "$T/raw" && mv "$OUT"/* "$T/raw/" 2>/dev/null
+  tar -czf "$OUT/$1.tar.gz" -C "$T" logs raw && mv "$T/summary.md" "$OUT/$1-summary.md" && rm -rf "$T/raw"
+  ls -l "$OUT" | tail -n +2 | awk '{print $5, $9}'
+  echo "done in $(since) s"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  keep) keep ;;
+  install) install ;;
+  main) main ;;
+  more) more ;;
+  plan) plan "$(tree_bytes)" "?" ;;
+  *) echo "usage: $0 prepare | plan | keep | install | main | more"; exit 2 ;;
+esac
