@@ -114,6 +114,7 @@ class MemoryWatch:
     vram_peak_mb: float | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _gpus: Any = None  # one NVML monitor for the whole watch (made on the first sample)
 
     def start(self) -> MemoryWatch:
         self._thread = threading.Thread(target=self._run, daemon=True, name="sizing-memory")
@@ -131,13 +132,17 @@ class MemoryWatch:
             self._stop.wait(self.interval_s)
 
     def sample(self) -> None:
+        from generator.server.gpu_metrics import GpuMonitor
+
         from .vram import gpu_memory_used_mb
 
+        if self._gpus is None:
+            self._gpus = GpuMonitor()
         pids = process_tree(self.server_pid) if self.server_pid else {}
         if pids:
             rss = sum(pids.values()) / 2**20
             self.rss_peak_mb = max(self.rss_peak_mb or 0.0, rss)
-        vram = gpu_memory_used_mb(set(pids) if pids else None)
+        vram = gpu_memory_used_mb(set(pids) if pids else None, self._gpus)
         if vram is not None:
             self.vram_peak_mb = max(self.vram_peak_mb or 0.0, vram)
 

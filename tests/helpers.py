@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import types
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -16,3 +19,58 @@ def fix_batch(source: Path, destination: Path, batch: int) -> Path:
         dim.dim_value = batch
     onnx.save(model, str(destination))
     return destination
+
+
+class NVMLError(Exception):
+    pass
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    used: int = 10 * 2**30
+    total: int = 141 * 2**30
+    util: int = 0
+    power_mw: int | None = 79_200
+    energy_mj: int = 5_000_000
+    temperature: int = 36
+    sm_mhz: int = 345
+    reasons: int = 0x1  # idle
+    processes: list[tuple[int, int]] = field(default_factory=list)
+
+
+def fake_nvml(gpus: list[FakeGpu], init_fails: bool = False) -> types.ModuleType:
+    """A ``pynvml`` whose readings come from ``gpus`` (mutable between reads), in NVML's units."""
+    m = types.ModuleType("pynvml")
+    m.NVMLError = NVMLError  # type: ignore[attr-defined]
+    m.NVML_CLOCK_SM, m.NVML_TEMPERATURE_GPU = 1, 0  # type: ignore[attr-defined]
+
+    def init() -> None:
+        if init_fails:
+            raise NVMLError("Driver Not Loaded")
+
+    def power(h: FakeGpu) -> int:
+        if h.power_mw is None:
+            raise NVMLError("Not Supported")
+        return h.power_mw
+
+    functions: dict[str, Any] = {
+        "nvmlInit": init,
+        "nvmlDeviceGetCount": lambda: len(gpus),
+        "nvmlDeviceGetHandleByIndex": lambda i: gpus[i],
+        "nvmlDeviceGetUUID": lambda h: h.uuid,
+        "nvmlDeviceGetName": lambda h: b"NVIDIA H200",
+        "nvmlDeviceGetUtilizationRates": lambda h: types.SimpleNamespace(gpu=h.util, memory=0),
+        "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(used=h.used, total=h.total, free=h.total - h.used),
+        "nvmlDeviceGetPowerUsage": power,
+        "nvmlDeviceGetEnforcedPowerLimit": lambda h: 700_000,
+        "nvmlDeviceGetTotalEnergyConsumption": lambda h: h.energy_mj,
+        "nvmlDeviceGetTemperature": lambda h, sensor: h.temperature,
+        "nvmlDeviceGetClockInfo": lambda h, clock: h.sm_mhz,
+        "nvmlDeviceGetCurrentClocksEventReasons": lambda h: h.reasons,
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: [types.SimpleNamespace(pid=p, usedGpuMemory=b)
+                                                            for p, b in h.processes],
+    }
+    for name, function in functions.items():
+        setattr(m, name, function)
+    return m

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from loadtest.errors import LoadTestError
 from loadtest.sizing import GeneratedCamera, Limits, predicted_streams, process_tree, ramp
 from loadtest.sizing_report import plot_sizing, summary_lines
 from loadtest.vram import gpu_memory_used_mb
+from tests.helpers import FakeGpu, fake_nvml
 
 
 def test_the_formula():
@@ -68,24 +68,12 @@ def test_vram_is_absent_without_nvml(monkeypatch):
 
 def test_vram_counts_the_server_processes_through_nvml(monkeypatch):
     """NVML is the boundary: a stand-in with its API answers for two GPUs."""
-    class NVMLError(Exception):
-        pass
-
-    process = types.SimpleNamespace
-    gpus = {0: [process(pid=10, usedGpuMemory=2 * 2**30), process(pid=99, usedGpuMemory=2**30)],
-            1: [process(pid=11, usedGpuMemory=2**29), process(pid=12, usedGpuMemory=None)]}
-    fake = types.SimpleNamespace(
-        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetComputeRunningProcesses=lambda h: gpus[h],
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=(h + 1) * 2**30))
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpus = [FakeGpu("GPU-0", used=2**30, processes=[(10, 2 * 2**30), (99, 2**30)]),
+            FakeGpu("GPU-1", used=2 * 2**30, processes=[(11, 2**29), (12, 0)])]
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(gpus))
     assert gpu_memory_used_mb({10, 11, 12}) == 2048 + 512
     assert gpu_memory_used_mb() == 1024 + 2048
-
-    def no_driver() -> None:
-        raise NVMLError("Driver Not Loaded")
-
-    monkeypatch.setattr(fake, "nvmlInit", no_driver)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(gpus, init_fails=True))
     assert gpu_memory_used_mb() is None
 
 
