@@ -27,3 +27,4 @@ call keep data
 call install "$last"
 TAIL=80 call main
 TAIL=40 call more
+[ -d "$STAGE/run/versus" ] && TAIL=20 call versus versus

@@ -7,6 +7,7 @@
 #   device call K:                      bash tools/gpu/offline_run.sh install   carry the last part
 #   device call K+1:                    bash tools/gpu/offline_run.sh main      carry nothing
 #   device call K+2:                    bash tools/gpu/offline_run.sh more      carry nothing
+#   device call K+3 (VERSUS_ONNX given): bash tools/gpu/offline_run.sh versus  carry .device/run/versus
 #
 # `prepare` writes the offline archive (python -m generator archive) in parts sized to what one call carries beside
 # the working tree, one folder per call, and builds the repositories the run serves (python -m generator build).
@@ -68,6 +69,8 @@ prepare() {
   done
   build_repos || { echo "error: building the repositories failed"; return 1; }
   rm -rf "$W/archive" "$W/calib" "$W/y11.onnx"
+  # issue 27's served-vs-in-process benchmark on the host's cores: the exported model it builds and serves
+  if [ -n "${VERSUS_ONNX:-}" ]; then mkdir -p "$W/versus" && cp "$VERSUS_ONNX" "$W/versus/model.onnx" || return 1; fi
   plan "$tree" "$part_mib"
 }
 
@@ -90,6 +93,8 @@ plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside
   done
   echo "  call $(( ${#calls[@]} + 1 )): carry [] (timeout_s 600): bash tools/gpu/offline_run.sh main"
   echo "  call $(( ${#calls[@]} + 2 )): carry [] (timeout_s 600): bash tools/gpu/offline_run.sh more"
+  [ -d "$W/versus" ] && echo "  call $(( ${#calls[@]} + 3 )): carry [$W/versus] (timeout_s 600): bash tools/gpu/offline_run.sh versus"
+  return 0
 }
 
 # --- device --------------------------------------------------------------------------------------------------
@@ -98,6 +103,7 @@ keep() {  # copy what this call carried (parts, data) into /tmp: the machine kee
   local folder
   for folder in "$W"/p[0-9][0-9]; do [ -d "$folder" ] && cp -n "$folder"/* "$T/parts/"; done
   [ -d "$W/data" ] && [ ! -d "$T/data" ] && cp -r "$W/data" "$T/data"
+  [ -d "$W/versus" ] && [ ! -d "$T/versus" ] && cp -r "$W/versus" "$T/versus"
   ls -l "$T/parts" | tail -n +2 | awk '{print $5, $9}'; [ -d "$T/data" ] && echo "data: $(ls "$T/data")"
   if [ ! -e "$T/facts" ]; then
     touch "$T/facts"; nvidia-smi -L 2>&1 | head -2; "$PY" --version
@@ -240,6 +246,20 @@ more() {  # FP16/INT8 agreement and the INT8 load check, then the CPU detector's
   bundle more
 }
 
+versus() {  # issue 27: the served ensemble against the same ONNX in-process, pinned to 1..all cores
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
+  [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
+  runtime || return 3
+  keep > /dev/null
+  [ -f "$T/versus/model.onnx" ] || { echo "no model carried: prepare with VERSUS_ONNX=PATH"; return 3; }
+  local cores="1,2,4,8,$(nproc)" rounds=3
+  [ "$DRY" = 1 ] && { cores=1,2; rounds=1; }
+  step versus 570 "$RT" -m loadtest versus --onnx "$T/versus/model.onnx" --cores "$cores" --rounds $rounds \
+    --no-ultralytics --label "versus-$(nproc)c" --results-dir "$OUT/versus"
+  grep "^|" "$T/logs/versus.log" | tail -n 12
+  bundle versus
+}
+
 bundle() {  # bundle NAME: $OUT keeps the summary and one tar of everything else (8 files at most come back)
   "$RT" tools/gpu/offline_summary.py "$OUT" "$T/logs" > "$T/summary.md" 2>&1
   cat "$T/summary.md"
@@ -255,6 +275,7 @@ case "${1:-}" in
   install) install ;;
   main) main ;;
   more) more ;;
+  versus) versus ;;
   plan) plan "$(tree_bytes)" "?" ;;
-  *) echo "usage: $0 prepare | plan | keep | install | main | more"; exit 2 ;;
+  *) echo "usage: $0 prepare | plan | keep | install | main | more | versus"; exit 2 ;;
 esac
