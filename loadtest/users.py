@@ -22,6 +22,7 @@ import grpc.experimental.gevent as grpc_gevent
 from locust import User, task
 from locust.env import Environment
 
+from clients import connection_failure
 from clients.canary import Route, Splitter, read_route
 from clients.nodelay import disable_nagle
 from clients.request import image_request
@@ -52,7 +53,7 @@ def add_locust_arguments(parser: Any) -> None:
                        help="exit non-zero if the p95 latency exceeds this")
     group.add_argument("--triton-max-fail-ratio", env_var="LOADTEST_MAX_FAIL_RATIO", type=float, default=None,
                        help="exit non-zero if the failure ratio exceeds this")
-    group.add_argument("--triton-ca-cert", env_var="LOADTEST_CA_CERT", default="",
+    group.add_argument("--triton-ca-cert", "--ca-cert", env_var="LOADTEST_CA_CERT", default="",
                        help="CA certificate for grpcs:// and https:// hosts (the deploy's TLS proxy)")
     group.add_argument("--triton-route-file", env_var="LOADTEST_ROUTE_FILE", default="",
                        help="follow the stable/canary split `generator rollout` publishes (routing.json): that share "
@@ -114,6 +115,39 @@ def _address(host: str | None, protocol: str) -> tuple[str, bool]:
     return user_address(host, protocol)
 
 
+@dataclass
+class Backoff:
+    """How long a user waits after a request that never reached a server (no TLS session, nothing listening, no
+    such host): those do not heal at request speed, so the user backs off, doubling from ``first_s`` to
+    ``max_s`` with jitter, instead of failing thousands of times a second (which also took a worker down). A
+    request the server answered, even with an error, resets it."""
+
+    first_s: float = 0.1
+    max_s: float = 5.0
+    current_s: float = 0.0
+
+    def failed(self) -> float:
+        self.current_s = min(self.max_s, 2 * self.current_s) if self.current_s else self.first_s
+        return random.uniform(self.current_s / 2, self.current_s)
+
+    def reached(self) -> None:
+        self.current_s = 0.0
+
+
+def named_failure(exc: BaseException, address: str) -> tuple[BaseException, bool]:
+    """The failure as Locust reports it, and whether no connection was made: the cause by name (TLS name or CA,
+    protocol, refused, unresolved; one stable text per cause, so Locust counts them in one row), never empty."""
+    text = f"{exc!r} {exc}"
+    failure = connection_failure(text, address)
+    if failure is not None:
+        return InferenceFailed(failure[1]), True
+    if not str(exc).strip():
+        status = getattr(exc, "status", None)
+        code = status() if callable(status) else status
+        return InferenceFailed(f"{type(exc).__name__} without a message (status {code})"), False
+    return exc, False
+
+
 class TritonUser(User):
     """One camera-like client: sends encoded images to the ensemble back to back and reports each call."""
 
@@ -128,6 +162,7 @@ class TritonUser(User):
         self._requests: list[Any] = []
         self._split = Splitter()
         self._route: tuple[int, Route] | None = None  # (mtime_ns, route) of the route file
+        self._backoff = Backoff()
 
     def load_images(self) -> list[bytes]:
         """The encoded images this user sends (the process's shared corpus)."""
@@ -170,12 +205,12 @@ class TritonUser(User):
         self._cursor = (self._cursor + 1) % len(self._requests)
         start_time = time.time()
         start = time.perf_counter()
-        received, error, model = 0, None, self.settings.model
+        received, error, model, unreached = 0, None, self.settings.model, False
         try:
             model = self.model()
             received = self.send(request, model)
         except Exception as exc:  # noqa: BLE001 -- every failure is a data point for Locust, not a crash
-            error = exc
+            error, unreached = named_failure(exc, _address(self.host, self.protocol)[0])
         self.environment.events.request.fire(
             request_type=self.protocol,
             name=model,
@@ -187,6 +222,10 @@ class TritonUser(User):
             start_time=start_time,
             url=self.host,
         )
+        if unreached:
+            time.sleep(self._backoff.failed())  # gevent's sleep under Locust: the other users go on
+        else:
+            self._backoff.reached()
 
 
 def _check_result(result: Any) -> None:
