@@ -50,18 +50,21 @@ def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     local.add_argument("--local", action="store_true", required=True,
                        help="this machine (the only mode: on a GPU host or a cluster see deploy/README.md)")
     local.add_argument("--project", default="yolo-triton-local", help="compose project name (default: %(default)s)")
-    up = sub.add_parser("up", parents=[common, local],
+    images = argparse.ArgumentParser(add_help=False)
+    images.add_argument("--no-pull", dest="pull", action="store_false",
+                        help="never ask a registry for the pinned base images (make local ones)")
+    images.add_argument("--build-network", default="host",
+                        help="network of the image builds' downloads (default: %(default)s)")
+    images.add_argument("--build-ca-bundle", type=Path,
+                        help="CA bundle for pip in the image builds (default: $BUILD_CA_BUNDLE or the system bundle)")
+    up = sub.add_parser("up", parents=[common, local, images],
                         help="build and start the CPU stack with monitoring here; print its endpoints as JSON")
     up.add_argument("--publish", choices=("settings", "auto"), default="settings",
                     help="host ports: the settings' (8443, 8444, 9090) or free ones the engine picks")
     up.add_argument("--tls-dir", type=Path,
                     help="your tls.crt, tls.key and ca.crt (default: a throwaway CA and certificate)")
-    up.add_argument("--no-pull", dest="pull", action="store_false",
-                    help="never ask a registry for the pinned base images (make local ones)")
-    up.add_argument("--build-network", default="host",
-                    help="network of the image builds' downloads (default: %(default)s)")
-    up.add_argument("--build-ca-bundle", type=Path,
-                    help="CA bundle for pip in the image builds (default: $BUILD_CA_BUNDLE or the system bundle)")
+    sub.add_parser("build", parents=[common, local, images],
+                   help="only build the CPU stack's and the load test's images (bases made where needed)")
     sub.add_parser("down", parents=[common, local], help="remove the local stack's containers, networks, volumes")
     bases = sub.add_parser("bases", parents=[common, local],
                            help="make the base images locally where no registry answers (root, debootstrap)")
@@ -100,8 +103,12 @@ def _local(args: argparse.Namespace, settings: Settings) -> None:
         stack.down(stack.LocalStack(project=args.project))
         print(f"removed the local stack {args.project}", file=sys.stderr)
         return
-    options = stack.LocalStack(project=args.project, publish=args.publish, tls_dir=args.tls_dir, pull=args.pull,
+    options = stack.LocalStack(project=args.project, publish=getattr(args, "publish", "settings"),
+                               tls_dir=getattr(args, "tls_dir", None), pull=args.pull,
                                build_network=args.build_network, build_ca_bundle=args.build_ca_bundle)
+    if args.command == "build":
+        print(json.dumps(stack.build(settings, options, loadtest=True)))
+        return
     print(json.dumps(stack.up(settings, options)), flush=True)
 
 
@@ -124,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"deploy check: {len(problems)} problem(s)", file=sys.stderr)
                 return 1
             print("deploy check: rendered files are current, valid and hardened")
-        elif args.command in ("up", "down", "bases"):
+        elif args.command in ("up", "down", "bases", "build"):
             _local(args, settings)
         else:
             _show(settings)

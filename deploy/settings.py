@@ -124,8 +124,9 @@ class Settings:
     triton_cpu_image_name: str = "yolo-triton-cpu"
     builder_cpu_image_name: str = "yolo-builder-cpu"
     loadtest_image_name: str = "yolo-locust"
-    # Digests of the three images this project builds, once pushed to image_registry (Kubernetes pulls
-    # them by digest when set; compose builds them locally from the pinned bases above).
+    # Digests of the images this project builds, once pushed to image_registry (Kubernetes pulls them by digest
+    # when set; compose builds them locally from the pinned bases above). With kubernetes_stack cpu the builder and
+    # Triton digests are those of the CPU stack's images.
     triton_image_digest: str = ""
     builder_image_digest: str = ""
     loadtest_image_digest: str = ""
@@ -318,9 +319,21 @@ class Settings:
             return None
         return TraceSettings(self.trace_otlp_url, rate=self.trace_rate, service_name=f"{self.model_name}-triton")
 
-    def own_image(self, name: str, digest: str) -> str:
+    def own_image(self, name: str, digest: str, tag: str | None = None) -> str:
         """An image this project builds, as Kubernetes pulls it: by digest once one is recorded."""
-        return f"{self.image_registry}/{name}:{self.image_tag}" + (f"@{digest}" if digest else "")
+        return f"{self.image_registry}/{name}:{tag or self.image_tag}" + (f"@{digest}" if digest else "")
+
+    @property
+    def kubernetes_gpu(self) -> bool:
+        return self.kubernetes_stack == "gpu"
+
+    def kubernetes_images(self) -> tuple[str, str]:
+        """(builder, Triton) images of the Kubernetes Deployment: the NGC-based pair or the CPU stack's."""
+        if self.kubernetes_gpu:
+            return (self.own_image(self.builder_image_name, self.builder_image_digest),
+                    self.own_image(self.triton_image_name, self.triton_image_digest))
+        return (self.own_image(self.builder_cpu_image_name, self.builder_image_digest, self.cpu_image_tag),
+                self.own_image(self.triton_cpu_image_name, self.triton_image_digest, self.cpu_image_tag))
 
 
 

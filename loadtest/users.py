@@ -22,13 +22,13 @@ import grpc.experimental.gevent as grpc_gevent
 from locust import User, task
 from locust.env import Environment
 
-from clients import connection_failure
 from clients.canary import Route, Splitter, read_route
 from clients.nodelay import disable_nagle
 from clients.request import image_request
 from generator.serving.contract import NUM_DETECTIONS
 
 from .errors import InferenceFailed
+from .failures import Backoff, named_failure
 from .images import DEFAULT_SIZES, build_corpus
 from .report import threshold_breaches
 from .target import host_of, user_address
@@ -113,39 +113,6 @@ def _address(host: str | None, protocol: str) -> tuple[str, bool]:
     if not host:
         raise InferenceFailed("no Triton URL: pass --host HOST:PORT to Locust")
     return user_address(host, protocol)
-
-
-@dataclass
-class Backoff:
-    """How long a user waits after a request that never reached a server (no TLS session, nothing listening, no
-    such host): those do not heal at request speed, so the user backs off, doubling from ``first_s`` to
-    ``max_s`` with jitter, instead of failing thousands of times a second (which also took a worker down). A
-    request the server answered, even with an error, resets it."""
-
-    first_s: float = 0.1
-    max_s: float = 5.0
-    current_s: float = 0.0
-
-    def failed(self) -> float:
-        self.current_s = min(self.max_s, 2 * self.current_s) if self.current_s else self.first_s
-        return random.uniform(self.current_s / 2, self.current_s)
-
-    def reached(self) -> None:
-        self.current_s = 0.0
-
-
-def named_failure(exc: BaseException, address: str) -> tuple[BaseException, bool]:
-    """The failure as Locust reports it, and whether no connection was made: the cause by name (TLS name or CA,
-    protocol, refused, unresolved; one stable text per cause, so Locust counts them in one row), never empty."""
-    text = f"{exc!r} {exc}"
-    failure = connection_failure(text, address)
-    if failure is not None:
-        return InferenceFailed(failure[1]), True
-    if not str(exc).strip():
-        status = getattr(exc, "status", None)
-        code = status() if callable(status) else status
-        return InferenceFailed(f"{type(exc).__name__} without a message (status {code})"), False
-    return exc, False
 
 
 class TritonUser(User):

@@ -149,16 +149,23 @@ def _why_not_healthy(stack: LocalStack, env: dict[str, str]) -> str:
     return "; ".join(reasons) or "no container of the project is running"
 
 
-def up(settings: Settings, stack: LocalStack) -> dict[str, str]:
-    """Start the local CPU stack and return its endpoints once every service is healthy."""
+def build(settings: Settings, stack: LocalStack, *, loadtest: bool = False) -> dict[str, str]:
+    """Check the engine, pick or make the bases, build the stack's images (layer-cached); the bases chosen."""
     check_engine()
     bases = resolve_bases(settings, pull=stack.pull, build_network=stack.build_network)
+    services = (*BUILT_SERVICES, *(("locust-master",) if loadtest else ()))
+    logger.info("building %s (cached layers are reused)", ", ".join(services))
+    docker.run(compose_args(stack.project, "build", *services), env=stack_env(settings, stack, None, bases),
+               timeout_s=BUILD_TIMEOUT_S, capture=False)
+    return bases
+
+
+def up(settings: Settings, stack: LocalStack) -> dict[str, str]:
+    """Start the local CPU stack and return its endpoints once every service is healthy."""
+    bases = build(settings, stack)
     credentials = ensure_credentials(stack.state, owner=settings.run_as_uid, tls_dir=stack.tls_dir)
     env = stack_env(settings, stack, credentials, bases)
     write_env_file(stack, env)
-    logger.info("building %s (cached layers are reused)", ", ".join(BUILT_SERVICES))
-    docker.run(compose_args(stack.project, "build", *BUILT_SERVICES), env=env, timeout_s=BUILD_TIMEOUT_S,
-               capture=False)
     logger.info("starting %s and waiting until each is healthy", ", ".join(UP_SERVICES))
     started = docker.run(compose_args(stack.project, "up", "--detach", "--no-build", "--wait", "--wait-timeout",
                                       str(WAIT_TIMEOUT_S), *UP_SERVICES), env=env, capture=False, check=False)
