@@ -10,6 +10,7 @@ from deploy import commands, sizing
 from deploy.policy.commands import builder_command_violations, probe_violations, serve_command_violations
 from deploy.policy.proxy import proxy_violations
 from deploy.settings import Settings, is_pinned
+from generator.builder.spec.options import Target
 
 Docs = list[tuple[str, dict[str, Any]]]
 PROXY_CONFIGMAP = "triton-proxy"
@@ -132,7 +133,7 @@ def _deployment(doc: dict[str, Any], by_kind: dict[str, list[dict[str, Any]]], s
     if len(builders) != 1:
         problems.append(f"Deployment/triton: one initContainer must build {commands.MODELS_VOLUME}")
     else:
-        target = "tensorrt" if settings.kubernetes_gpu else "embedded"
+        target: Target = "tensorrt" if settings.kubernetes_gpu else "embedded"
         problems += builder_command_violations(builders[0].get("args") or [], settings, target,
                                                "Deployment/triton initContainer")
     configs = [c for c in by_kind.get("ConfigMap", []) if c["metadata"]["name"] == PROXY_CONFIGMAP]
