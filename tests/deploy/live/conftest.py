@@ -146,8 +146,13 @@ def _no_engine() -> str | None:
     return None
 
 
+_FAILED: list[str] = []  # pytest sets a package fixture up again for every test after a failure: once is enough
+
+
 @pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
+    if _FAILED:
+        pytest.fail(f"the stack did not come up (see the first error): {_FAILED[0]}")
     reason = _no_engine()
     if reason is not None:
         if os.environ.get("TDE_REQUIRE_DOCKER") == "1":
@@ -162,6 +167,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
                                     timeout=UP_TIMEOUT_S, check=False)
         elapsed = time.monotonic() - started
         if result.returncode != 0:
+            _FAILED.append(f"python -m deploy up --local failed (exit {result.returncode})")
             pytest.fail(f"python -m deploy up --local failed (exit {result.returncode}): {log.read_text()[-3000:]}")
         endpoints = json.loads(result.stdout.strip().splitlines()[-1])
         print(f"\ndeploy up --local: healthy after {elapsed:.0f} s (images built or reused): {endpoints}")
