@@ -22,8 +22,6 @@ from generator.server.tracing import DEFAULT_RATE
 from generator.server.watchdog import WatchPolicy
 from generator.serving.contract import ADMIN_TOKEN_ENV, GRPC_HEADER_PREFIX
 
-# generator/operate/serve.py (the start-up and supervision) is imported where it runs: `serve --prepare`, which
-# images run at build time, needs none of the serving stack's packages.
 WATCHDOG_METRICS_PORT = 8003  # next to Triton's 8000-8002
 
 
@@ -69,8 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_port: int) -> None:
-    from generator.operate.serve import served_models
-
     if start > 1:
         print(f"Triton restarted (start {start}) and serving again.", flush=True)
         return
@@ -134,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
     stub = stub_environment_for(repositories) if args.stub_env == "auto" else STUB_ENVIRONMENTS[args.stub_env]
     if args.prepare:
         return _prepare(stub, repositories[0])
-    from generator.operate.serve import ServeSettings, serve
-
     try:
         policy = WatchPolicy(failures=args.probe_failures, interval_s=args.probe_interval_s,
                              timeout_s=args.probe_timeout_s, start_timeout_s=args.ready_timeout,
