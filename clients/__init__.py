@@ -1,5 +1,6 @@
 """Detection clients for the Triton ensemble: gRPC or HTTP, blocking or asyncio."""
 
+from clients._errors_map import connection_failure
 from clients.async_client import AsyncDetectionClient
 from clients.contract import load_model_info
 from clients.detection import Detection, DetectionResult, ModelInfo
@@ -11,6 +12,7 @@ from clients.errors import (
     InferenceError,
     RestrictedApiError,
     ServerUnavailableError,
+    TlsError,
 )
 from clients.retry import NO_RETRY, RetryPolicy
 from clients.sync_client import DetectionClient
@@ -30,6 +32,8 @@ __all__ = [
     "RestrictedApiError",
     "RetryPolicy",
     "ServerUnavailableError",
+    "TlsError",
+    "connection_failure",
     "load_model_info",
     "parse_endpoint",
 ]

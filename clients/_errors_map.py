@@ -11,6 +11,7 @@ from clients.errors import (
     InferenceError,
     RestrictedApiError,
     ServerUnavailableError,
+    TlsError,
 )
 
 _UNAVAILABLE = {"StatusCode.UNAVAILABLE", "503"}
@@ -24,13 +25,50 @@ _NO_VERSION = "has no available versions"
 _RESTRICTED = {("403", "This API is restricted"), ("StatusCode.UNAVAILABLE", "This protocol is restricted")}
 
 
+# Why a connection never carried a request, as gRPC (BoringSSL, its resolver) and Python's ssl/socket word it.
+# The first match names the cause; TLS causes do not heal by retrying.
+_CONNECTION_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("tls", ("Hostname Verification Check failed", "Peer name", "Hostname mismatch", "is not valid for",
+             "doesn't match"),
+     "TLS: the server's certificate does not name {host}, the host dialled (dial a name it carries, or "
+     "reissue the certificate for {host})"),
+    ("tls", ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed"),
+     "TLS: the server's certificate is not signed by a CA this client trusts (pass the CA that signed it: "
+     "--ca-cert, ca_cert=)"),
+    ("tls", ("Trying to connect an http1.x server",),
+     "TLS: the server at {address} speaks TLS (use grpcs:// or https://)"),
+    ("tls", ("WRONG_VERSION_NUMBER", "wrong version number", "packet length too long"),
+     "TLS: the server at {address} does not speak TLS (use grpc:// or http://)"),
+    ("refused", ("Connection refused", "Errno 111"), "connection refused: nothing listens at {address}"),
+    ("dns", ("DNS resolution failed", "Name or service not known", "nodename nor servname", "Errno -2",
+             "Errno -3"), "cannot resolve {host}"),
+)
+
+
+def connection_failure(text: str, address: str) -> tuple[str, str] | None:
+    """(kind, cause) when ``text`` says no connection to ``address`` (``host:port``) was made, else None.
+
+    kind is ``tls`` (a certificate or protocol mismatch: retrying cannot help), ``refused`` or ``dns``.
+    """
+    host = address.split("/", 1)[0].rpartition(":")[0].strip("[]") or address
+    for kind, markers, cause in _CONNECTION_FAILURES:
+        if any(marker in text for marker in markers):
+            return kind, cause.format(host=host, address=address)
+    return None
+
+
 def translate_error(exc: BaseException, endpoint: Endpoint, timeout_s: float) -> ClientError:
     """Our error for `exc`; the caller raises it `from exc` so the original stays in the chain."""
     from tritonclient.utils import InferenceServerException
 
     if isinstance(exc, ClientError):
         return exc
+    failure = connection_failure(f"{exc!r} {exc}", endpoint.address)
+    if failure is not None and failure[0] == "tls":
+        return TlsError(f"cannot talk to {endpoint}: {failure[1]}")
     if isinstance(exc, InferenceServerException):
+        if failure is not None:
+            return ServerUnavailableError(f"cannot reach Triton at {endpoint}: {failure[1]}")
         return _from_triton(exc.status(), exc.message() or str(exc), endpoint, timeout_s)
     if _is_timeout(exc):
         return ClientTimeoutError(f"no answer from {endpoint} within {timeout_s:.3g} s")

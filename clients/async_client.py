@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from clients.errors import (
 from clients.images import ImageInput, image_bytes
 from clients.retry import DEFAULT_RETRY, RetryPolicy, acall_with_retries
 from clients.sync_client import DEFAULT_URL, check_timeout, locate
+from clients.tls import ca_options
 from clients.tracing import request_span
 
 T = TypeVar("T")
@@ -47,13 +49,15 @@ class AsyncDetectionClient:
         client_options: Mapping[str, Any] | None = None,
         verbose: bool = False,
         tracer_provider: TracerProvider | None = None,
+        ca_cert: str | Path | None = None,
     ) -> None:
         self.endpoint: Endpoint = parse_endpoint(url, protocol)
         self.model = model
         self.timeout_s = check_timeout(timeout_s)
         self.retry = retry
         self._admin_key = admin_key
-        self._transport = AsyncTransport(self.endpoint, self.timeout_s, client_options, verbose)
+        options = {**ca_options(self.endpoint, ca_cert, aio=True), **(client_options or {})}
+        self._transport = AsyncTransport(self.endpoint, self.timeout_s, options, verbose)
         self._info: ModelInfo | None = model_info
         self._tracer_provider = tracer_provider
 

@@ -46,6 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"key of the restricted model-config API, for class names (default: ${ADMIN_TOKEN_ENV})",
     )
     parser.add_argument(
+        "--admin-key-file", type=Path, metavar="PATH",
+        help="read the admin key from this file (e.g. admin_token_file of `python -m deploy up --local`)",
+    )
+    parser.add_argument(
+        "--ca-cert", type=Path, metavar="PATH",
+        help="CA certificate a grpcs:// or https:// server's certificate is signed by (a deployment's own CA; "
+             "default: the system's trust store)",
+    )
+    parser.add_argument(
         "--model-config", type=Path, metavar="PATH",
         help="the ensemble's config.pbtxt (or its folder) shipped with the client: class names without the key",
     )
@@ -79,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         return _fail(f"image not found or not a file: {', '.join(missing)}")
     try:
+        if args.admin_key_file is not None:
+            args.admin_key = read_key_file(args.admin_key_file)
         _run(args, sys.stdout)
     except ClientError as exc:
         return _fail(str(exc))
@@ -96,6 +107,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
     with DetectionClient(
         args.url, protocol=args.protocol, model=info.name if info else args.model, timeout_s=args.timeout,
         retry=replace(DEFAULT_RETRY, attempts=args.retries + 1), admin_key=args.admin_key, model_info=info,
+        ca_cert=args.ca_cert,
     ) as client:
         for start in range(0, len(args.images), args.batch):
             paths: list[Path] = args.images[start : start + args.batch]
@@ -109,6 +121,17 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
         if not client.model_info.class_names:
             print("note: class names unknown (the server restricts its model config): "
                   "pass --admin-key or --model-config; classes print as class_<id>", file=sys.stderr)
+
+
+def read_key_file(path: Path) -> str:
+    """The admin key kept in a file (first line, whitespace stripped)."""
+    try:
+        key = path.read_text(encoding="utf-8").strip().splitlines()
+    except OSError as exc:
+        raise ClientError(f"cannot read the admin key file {path}: {exc.strerror or exc}") from None
+    if not key or not key[0].strip():
+        raise ClientError(f"the admin key file {path} is empty")
+    return key[0].strip()
 
 
 def format_json(path: Path, result: DetectionResult) -> str:

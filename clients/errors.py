@@ -15,6 +15,12 @@ class ServerUnavailableError(ClientError):
     """
 
 
+class TlsError(ClientError):
+    """No TLS connection: the server's certificate is not signed by a CA the client trusts, does not name the
+    host the client dialled, or one side does not speak TLS. The message says which; never retried.
+    """
+
+
 class RestrictedApiError(ClientError):
     """The server restricts this API (an admin group such as model-config) and the call had no valid key.
 

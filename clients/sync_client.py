@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from clients.errors import (
 )
 from clients.images import ImageInput, image_bytes
 from clients.retry import DEFAULT_RETRY, RetryPolicy, call_with_retries
+from clients.tls import ca_options
 from clients.tracing import request_span
 
 T = TypeVar("T")
@@ -48,7 +50,8 @@ class DetectionClient:
     """Send encoded images to the detection ensemble and get typed detections back.
 
     The protocol comes from the URL scheme (`grpc://`, `grpcs://`, `http://`, `https://`) or `protocol`,
-    gRPC for a bare `host:port`. `timeout_s` is the deadline of each request, retries included; `retry`
+    gRPC for a bare `host:port`; `ca_cert` is the CA a `grpcs://`/`https://` server's certificate is signed by (a
+    deployment's own CA; default: the system's trust store). `timeout_s` is the deadline of each request, retries included; `retry`
     says how often a request the server could not take (overload, restart) is sent again. The contract
     (batch limit, class names) is read once, on first use, without the restricted model-config API unless
     `admin_key` is given (see clients/contract.py), or taken as given from `model_info`.
@@ -69,13 +72,15 @@ class DetectionClient:
         client_options: Mapping[str, Any] | None = None,
         verbose: bool = False,
         tracer_provider: TracerProvider | None = None,
+        ca_cert: str | Path | None = None,
     ) -> None:
         self.endpoint: Endpoint = parse_endpoint(url, protocol)
         self.model = model
         self.timeout_s = check_timeout(timeout_s)
         self.retry = retry
         self._admin_key = admin_key
-        self._transport = SyncTransport(self.endpoint, self.timeout_s, client_options, verbose)
+        options = {**ca_options(self.endpoint, ca_cert), **(client_options or {})}
+        self._transport = SyncTransport(self.endpoint, self.timeout_s, options, verbose)
         self._info: ModelInfo | None = model_info
         self._tracer_provider = tracer_provider
 

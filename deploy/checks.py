@@ -45,9 +45,12 @@ def compose_problems(deploy_dir: Path, settings: Settings) -> list[str]:
 
 def dockerfile_problems(deploy_dir: Path, settings: Settings) -> list[str]:
     problems = []
-    for image in ("triton", "builder", "loadtest"):
+    for image in policy.DOCKERFILES:
         path = deploy_dir / "docker" / f"{image}.Dockerfile"
         problems.extend(policy.dockerfile_violations(path.read_text(encoding="utf-8"), image, settings))
+    for name in policy.LOCAL_DOCKERFILES:
+        path = deploy_dir / "docker" / "local" / f"{name}.Dockerfile"
+        problems.extend(policy.local_dockerfile_violations(path.read_text(encoding="utf-8"), f"local/{name}.Dockerfile"))
     return problems
 
 

@@ -13,7 +13,8 @@ from deploy.settings import Settings, load_settings
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m deploy", description="Render and check the deployment files."
+        prog="python -m deploy",
+        description="Render and check the deployment files; start the CPU stack on this machine (up/down --local)."
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, help="YAML file of setting: value overrides")
@@ -38,7 +39,38 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--no-drift", action="store_true", help="skip the comparison with a fresh render")
     sub.add_parser("show", parents=[common], help="print the settings and the derived sizes")
+    _local_parsers(sub, common)
     return parser
+
+
+def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+                   common: argparse.ArgumentParser) -> None:
+    """up, down and bases: the stack on this machine (deploy/local/)."""
+    local = argparse.ArgumentParser(add_help=False)
+    local.add_argument("--local", action="store_true", required=True,
+                       help="this machine (the only mode: on a GPU host or a cluster see deploy/README.md)")
+    local.add_argument("--project", default="yolo-triton-local", help="compose project name (default: %(default)s)")
+    images = argparse.ArgumentParser(add_help=False)
+    images.add_argument("--no-pull", dest="pull", action="store_false",
+                        help="never ask a registry for the pinned base images (make local ones)")
+    images.add_argument("--build-network", default="host",
+                        help="network of the image builds' downloads (default: %(default)s)")
+    images.add_argument("--build-ca-bundle", type=Path,
+                        help="CA bundle for pip in the image builds (default: $BUILD_CA_BUNDLE or the system bundle)")
+    up = sub.add_parser("up", parents=[common, local, images],
+                        help="build and start the CPU stack with monitoring here; print its endpoints as JSON")
+    up.add_argument("--publish", choices=("settings", "auto"), default="settings",
+                    help="host ports: the settings' (8443, 8444, 9090) or free ones the engine picks")
+    up.add_argument("--tls-dir", type=Path,
+                    help="your tls.crt, tls.key and ca.crt (default: a throwaway CA and certificate)")
+    sub.add_parser("build", parents=[common, local, images],
+                   help="only build the CPU stack's and the load test's images (bases made where needed)")
+    sub.add_parser("down", parents=[common, local], help="remove the local stack's containers, networks, volumes")
+    bases = sub.add_parser("bases", parents=[common, local],
+                           help="make the base images locally where no registry answers (root, debootstrap)")
+    bases.add_argument("--rebuild", action="store_true", help="make the local ones again even if present")
+    bases.add_argument("--no-pull", dest="pull", action="store_false", help="never ask a registry")
+    bases.add_argument("--build-network", default="host", help="network of the stand-ins' apt downloads")
 
 
 def _show(settings: Settings) -> None:
@@ -54,6 +86,30 @@ def _show(settings: Settings) -> None:
         f"x {shm.python_model_instances} Python instances x 2 + 64 MiB -> {shm.total_mib} MiB"
     )
     print(f"max_request_bytes (proxy body limit, --http-max-input-size) = {sizing.max_request_bytes(settings)} B")
+
+
+def _local(args: argparse.Namespace, settings: Settings) -> None:
+    import json
+    import logging
+
+    from deploy.local import bases, stack
+
+    logging.basicConfig(level=logging.INFO, format="deploy: %(message)s", stream=sys.stderr)
+    if args.command == "bases":
+        chosen = bases.resolve_bases(settings, pull=args.pull, build_network=args.build_network, force=args.rebuild)
+        print(json.dumps(chosen))
+        return
+    if args.command == "down":
+        stack.down(stack.LocalStack(project=args.project))
+        print(f"removed the local stack {args.project}", file=sys.stderr)
+        return
+    options = stack.LocalStack(project=args.project, publish=getattr(args, "publish", "settings"),
+                               tls_dir=getattr(args, "tls_dir", None), pull=args.pull,
+                               build_network=args.build_network, build_ca_bundle=args.build_ca_bundle)
+    if args.command == "build":
+        print(json.dumps(stack.build(settings, options, loadtest=True)))
+        return
+    print(json.dumps(stack.up(settings, options)), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"deploy check: {len(problems)} problem(s)", file=sys.stderr)
                 return 1
             print("deploy check: rendered files are current, valid and hardened")
+        elif args.command in ("up", "down", "bases", "build"):
+            _local(args, settings)
         else:
             _show(settings)
     except DeployError as exc:

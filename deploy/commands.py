@@ -26,8 +26,19 @@ GPU_METRICS_PATH = "/opt/deploy/gpu_metrics.py"  # imported by the watchdog from
 # while the pod lives); compose's tmpfs starts empty again, and the alert then sees the start time change.
 WATCHDOG_STATE = "/tmp/watchdog/state.json"
 LOOPBACK = "127.0.0.1"
+# A lost Python-backend stub never comes back (the backend stopped restarting stubs in 24.06): the watchdog starts
+# a fresh tritonserver in the same container, which loads in seconds; anything else (tritonserver exited, probes
+# failing) exits the container for its restart policy. The unhealthy server gets this long after SIGTERM.
+RESTART_IN_PLACE = ("stub_exited", "dead_stub")
+RESTART_GRACE_S = 5
+# The CPU stack's image: Triton 2.51 from the pinned nvidia-pytriton wheel, prepared at image build time by
+# `python -m generator serve --prepare` into this cache (TRITON_DETECTION_CACHE); /opt/tritonserver links to it,
+# so tritonserver finds its backends where it looks by default.
+SERVER_CACHE = "/opt/tde"
 # The project's package extras each image installs (pyproject.toml), nothing more.
-IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("build",), "loadtest": ("loadtest",)}
+# The slim CPU image installs none: its models run in the stub environment locked in generator/server/locks/.
+IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("build",), "loadtest": ("loadtest",), "triton-cpu": (),
+                "builder-cpu": ("build",)}
 
 
 def image_extras(settings: Settings, image: str) -> tuple[str, ...]:
@@ -44,6 +55,8 @@ def stop_timing(settings: Settings) -> StopTiming:
 def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
     """The tritonserver command line shared by compose and Kubernetes.
 
+    ``gpu``: the NGC image's tritonserver; otherwise the slim CPU image's Triton 2.51, which has no
+    ``--http-max-input-size`` (2.59+; the proxy enforces the same limit on both protocols) and no GPU metrics.
     HTTP and gRPC listen on loopback only: the TLS proxy in the same network namespace is the way in.
     Metrics listen on every interface of the container for Prometheus. ``token`` is how the runtime
     spells the admin token: ``${TRITON_ADMIN_TOKEN...}`` in compose, ``$(TRITON_ADMIN_TOKEN)`` in
@@ -64,7 +77,7 @@ def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
         f"--grpc-port={settings.grpc_port}",
         "--metrics-address=0.0.0.0",
         f"--metrics-port={settings.metrics_port}",
-        f"--http-max-input-size={sizing.max_request_bytes(settings)}",
+        *([f"--http-max-input-size={sizing.max_request_bytes(settings)}"] if gpu else []),
         "--allow-sagemaker=false",
         "--allow-vertex-ai=false",
         *restricted.server_args(),
@@ -94,6 +107,16 @@ def probe_command(settings: Settings) -> list[str]:
     ]
 
 
+# The proxy's loopback-only health endpoint (proxy/nginx.conf): Triton's readiness through nginx's upstream.
+PROXY_HEALTH_PATH = "/healthz"
+
+
+def proxy_health_command(settings: Settings) -> list[str]:
+    """The proxy's health check: wget is in both the nginx image (busybox) and the local stand-in."""
+    url = f"http://{LOOPBACK}:{settings.proxy_health_port}{PROXY_HEALTH_PATH}"
+    return ["wget", "-q", "-O", "/dev/null", "-T", str(settings.probe_timeout_s), url]
+
+
 def serve_command(settings: Settings, *, gpu: bool, token: str) -> list[str]:
     """The Triton container's command: check the repository, then run tritonserver under the watchdog."""
     return [
@@ -108,6 +131,8 @@ def serve_command(settings: Settings, *, gpu: bool, token: str) -> list[str]:
         f"--grace-s={stop_timing(settings).watchdog_grace_s}",
         f"--watchdog-metrics-port={settings.watchdog_metrics_port}",
         f"--watchdog-state={WATCHDOG_STATE}",
+        f"--restart-on={','.join(RESTART_IN_PLACE)}",
+        f"--restart-grace-s={RESTART_GRACE_S}",
         "--",
         *triton_args(settings, gpu=gpu, token=token),
     ]

@@ -15,3 +15,7 @@ class RenderError(DeployError):
 
 class CheckError(DeployError):
     """Rendered files are invalid, drifted from the templates, or break a hardening rule."""
+
+
+class LocalStackError(DeployError):
+    """The local stack (`python -m deploy up|down|bases --local`) cannot be made, started or stopped."""

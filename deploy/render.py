@@ -17,7 +17,9 @@ from deploy import settings as settings_module
 from deploy.alerts import rule_groups
 from deploy.dashboard import build_dashboard
 from deploy.errors import RenderError
+from deploy.local import engine
 from deploy.settings import MIN_TRITON_RELEASE, Settings
+from generator.server.embedded import TRITON_VERSION
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 DEPLOY_DIR = Path(__file__).parent
@@ -46,10 +48,18 @@ OUTPUTS: tuple[Output, ...] = (
     Output("docker/triton.Dockerfile", "triton.Dockerfile.j2"),
     Output("docker/builder.Dockerfile", "builder.Dockerfile.j2"),
     Output("docker/loadtest.Dockerfile", "loadtest.Dockerfile.j2"),
+    Output("docker/triton-cpu.Dockerfile", "triton-cpu.Dockerfile.j2"),
+    Output("docker/builder-cpu.Dockerfile", "builder-cpu.Dockerfile.j2"),
+    Output("docker/build-ca.pem", "build-ca.pem.j2"),
+    Output("docker/local/python.Dockerfile", "local/python.Dockerfile.j2"),
+    Output("docker/local/nginx.Dockerfile", "local/nginx.Dockerfile.j2"),
+    Output("docker/local/prometheus.Dockerfile", "local/prometheus.Dockerfile.j2"),
     Output(NGINX_CONF, NGINX_TEMPLATE),
     Output("docker/triton.Dockerfile.dockerignore", "dockerignore.j2", (("image", "triton"),)),
     Output("docker/builder.Dockerfile.dockerignore", "dockerignore.j2", (("image", "builder"),)),
     Output("docker/loadtest.Dockerfile.dockerignore", "dockerignore.j2", (("image", "loadtest"),)),
+    Output("docker/triton-cpu.Dockerfile.dockerignore", "dockerignore.j2", (("image", "triton-cpu"),)),
+    Output("docker/builder-cpu.Dockerfile.dockerignore", "dockerignore.j2", (("image", "builder-cpu"),)),
     Output("k8s/kustomization.yaml", "k8s/kustomization.yaml.j2"),
     Output("k8s/namespace.yaml", "k8s/namespace.yaml.j2"),
     Output("k8s/deployment.yaml", "k8s/deployment.yaml.j2"),
@@ -109,7 +119,7 @@ def _yaml(data: Any) -> str:
 
 def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
     """Everything a template may use; StrictUndefined turns any other name into an error."""
-    shm = sizing.shm_breakdown(settings)
+    shm = sizing.shm_breakdown(settings, settings.kubernetes_stack == "gpu")  # the Kubernetes Deployment's
     groups = rule_groups(settings)
     timing = commands.stop_timing(settings)
     return {
@@ -126,6 +136,13 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "image_extras": commands.image_extras,
         "build_targets": settings_module.BUILD_TARGETS,
         "probe_command": commands.probe_command(settings),
+        "proxy_health_command": commands.proxy_health_command(settings),
+        "proxy_health_path": commands.PROXY_HEALTH_PATH,
+        "shm_for": lambda gpu: sizing.shm_breakdown(settings, gpu),
+        "triton_version": TRITON_VERSION,
+        "server_cache": commands.SERVER_CACHE,
+        "min_engine": engine.version_text(engine.MIN_ENGINE),
+        "min_compose": engine.version_text(engine.MIN_COMPOSE),
         "models_volume": commands.MODELS_VOLUME,
         "watchdog_path": commands.WATCHDOG_PATH,
         "gpu_metrics_path": commands.GPU_METRICS_PATH,

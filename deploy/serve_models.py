@@ -2,7 +2,8 @@
 
     python3 -m deploy.serve_models --repository /models/current --watchdog /opt/deploy/watchdog.py \\
         --url 127.0.0.1:8000 --model yolo --failures 3 --interval-s 10 --timeout-s 5 --grace-s 40 \\
-        --watchdog-metrics-port 8003 --watchdog-state /tmp/watchdog/state.json -- tritonserver ARGS...
+        --watchdog-metrics-port 8003 --watchdog-state /tmp/watchdog/state.json \
+        [--restart-on stub_exited,dead_stub --restart-grace-s 5] -- tritonserver ARGS...
 
 1. ``generator check`` of REPOSITORY in this image (in-process, deploy/repository_check.py): files against the
    manifest and, for a TensorRT plan, the plan against this image's libnvinfer and GPUs. A repository that
@@ -13,7 +14,8 @@
    version-compatible plan needs ``--backend-config=tensorrt,version-compatible=true``), are appended to
    the tritonserver command.
 3. This process becomes ``watchdog.py supervise ... -- tritonserver ...`` (exec, same PID): SIGTERM drains
-   the server, N failed probes in a row stop it and exit 1, so the restart policy starts a fresh one.
+   the server, N failed probes in a row stop it and exit 1, so the restart policy starts a fresh one. The
+   reasons given to ``--restart-on`` (a lost Python-backend stub) restart tritonserver in place instead.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def supervise_argv(args: argparse.Namespace, server: Sequence[str], extra_flags:
         *(["--metrics-port", str(args.watchdog_metrics_port), "--metrics-address", args.watchdog_metrics_address]
           if args.watchdog_metrics_port else []),
         *(["--state-file", str(args.watchdog_state)] if args.watchdog_state else []),
+        *(["--restart-on", args.restart_on] if args.restart_on else []),
+        *(["--restart-grace-s", str(args.restart_grace_s)] if args.restart_grace_s is not None else []),
         "--",
         *server,
         *extra_flags,
@@ -75,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--watchdog-metrics-address", default="0.0.0.0",
                         help="address of the watchdog's endpoint (every interface of the container, like Triton's metrics)")
     parser.add_argument("--watchdog-state", type=Path, help="file that keeps the watchdog's counters across restarts")
+    parser.add_argument("--restart-on", default="",
+                        help="reasons the watchdog restarts tritonserver in place for (comma-separated)")
+    parser.add_argument("--restart-grace-s", type=float, help="SIGTERM to SIGKILL of an unhealthy tritonserver")
     parser.add_argument("server", nargs=argparse.REMAINDER, help="-- tritonserver ARGS...")
     return parser
 

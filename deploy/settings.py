@@ -28,6 +28,7 @@ from generator.builder.spec.options import (
 )
 
 # The admin API groups restricted on both protocols: one list, also used by `python -m generator serve`.
+from generator.server.embedded import TRITON_VERSION
 from generator.server.hardening import ADMIN_API_GROUPS
 from generator.server.tracing import TraceSettings, TraceSettingsError
 
@@ -96,6 +97,12 @@ class Settings:
     # Every other image is pinned by tag AND digest (the digest is what is pulled). Digests recorded from
     # public sources on 2026-11-30; refresh with the command above (or `docker pull` then
     # `docker inspect --format '{{index .RepoDigests 0}}' IMAGE`), and update tag and digest together.
+    # The slim CPU Triton image and the CPU builder are built on Debian's official image: bookworm, whose Python
+    # 3.11 runs the 3.11 backend stub of the pinned wheel. A dated tag (the index digest covers amd64 and arm64).
+    # Source: docker-library/repo-info repos/debian/remote/bookworm-20260918-slim.md.
+    debian_image: str = (
+        "debian:bookworm-20260918-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251"
+    )
     # Source: docker-library/repo-info repos/python/remote/3.11-slim-bookworm.md (Python 3.11.16).
     python_image: str = (
         "python:3.11-slim-bookworm@sha256:fe556eaffd0d96abd8685b83bb8a69addd0dc730fa193669a7df0d49ddcfac02"
@@ -113,9 +120,13 @@ class Settings:
     image_registry: str = "registry.example.com/yolo"
     triton_image_name: str = "yolo-triton"
     builder_image_name: str = "yolo-trt-builder"
+    # The CPU stack's images (Triton 2.51 from the pinned wheel on Debian, and its builder).
+    triton_cpu_image_name: str = "yolo-triton-cpu"
+    builder_cpu_image_name: str = "yolo-builder-cpu"
     loadtest_image_name: str = "yolo-locust"
-    # Digests of the three images this project builds, once pushed to image_registry (Kubernetes pulls
-    # them by digest when set; compose builds them locally from the pinned bases above).
+    # Digests of the images this project builds, once pushed to image_registry (Kubernetes pulls them by digest
+    # when set; compose builds them locally from the pinned bases above). With kubernetes_stack cpu the builder and
+    # Triton digests are those of the CPU stack's images.
     triton_image_digest: str = ""
     builder_image_digest: str = ""
     loadtest_image_digest: str = ""
@@ -175,6 +186,9 @@ class Settings:
     # The TLS proxy (nginx) in front of them: the only way in for clients.
     proxy_http_port: int = 8443
     proxy_grpc_port: int = 8444
+    # The proxy's own health endpoint, on the loopback of its network namespace only: it proxies Triton's
+    # readiness, so the proxy's health check fails whenever the path to Triton is broken.
+    proxy_health_port: int = 8445
     # Host address compose publishes the proxy on; set a non-loopback IP to serve remote clients.
     proxy_bind_address: str = "127.0.0.1"
     # A canary during `generator rollout` (README "Updating a model safely"): the proxy sends this share of the
@@ -227,8 +241,17 @@ class Settings:
     locust_run_time: str = "5m"
     locust_protocol: str = "grpc"
 
+    # --- host limits of the GPU stack (NVIDIA's recommended container ulimits for TensorRT and CUDA) ---
+    # memlock -1 (unlimited) lets CUDA pin host memory; stack 64 MiB. Only the GPU services get them: a daemon
+    # that cannot raise them (rootless, a capped host) starts no container that asks. 0: not set at all.
+    gpu_ulimit_memlock: int = -1
+    gpu_ulimit_stack: int = 67108864
+
     # --- kubernetes ---------------------------------------------------------------------------
     kubernetes_version: str = "1.33"
+    # Which stack the Deployment runs: "gpu" (the NGC images, a TensorRT plan per node) or "cpu" (the slim CPU
+    # image and its builder, `--target embedded`, no GPU requested).
+    kubernetes_stack: str = "gpu"
     namespace: str = "yolo-serving"
     replicas: int = 2
     hpa_min_replicas: int = 2
@@ -267,6 +290,11 @@ class Settings:
         return f"{self.triton_release}-{self.project_version}"
 
     @property
+    def cpu_image_tag(self) -> str:
+        """Tag of the CPU stack's images: the Triton version of the pinned wheel plus the project version."""
+        return f"{TRITON_VERSION}-{self.project_version}"
+
+    @property
     def triton_base_image(self) -> str:
         return f"nvcr.io/nvidia/tritonserver:{self.triton_release}-py3"
 
@@ -291,9 +319,21 @@ class Settings:
             return None
         return TraceSettings(self.trace_otlp_url, rate=self.trace_rate, service_name=f"{self.model_name}-triton")
 
-    def own_image(self, name: str, digest: str) -> str:
+    def own_image(self, name: str, digest: str, tag: str | None = None) -> str:
         """An image this project builds, as Kubernetes pulls it: by digest once one is recorded."""
-        return f"{self.image_registry}/{name}:{self.image_tag}" + (f"@{digest}" if digest else "")
+        return f"{self.image_registry}/{name}:{tag or self.image_tag}" + (f"@{digest}" if digest else "")
+
+    @property
+    def kubernetes_gpu(self) -> bool:
+        return self.kubernetes_stack == "gpu"
+
+    def kubernetes_images(self) -> tuple[str, str]:
+        """(builder, Triton) images of the Kubernetes Deployment: the NGC-based pair or the CPU stack's."""
+        if self.kubernetes_gpu:
+            return (self.own_image(self.builder_image_name, self.builder_image_digest),
+                    self.own_image(self.triton_image_name, self.triton_image_digest))
+        return (self.own_image(self.builder_cpu_image_name, self.builder_image_digest, self.cpu_image_tag),
+                self.own_image(self.triton_cpu_image_name, self.triton_image_digest, self.cpu_image_tag))
 
 
 
@@ -306,9 +346,14 @@ _POSITIVE = (
 )
 _PERCENTS = ("alert_error_percent", "alert_empty_jump_points", "alert_gpu_memory_percent", "alert_power_percent")
 _PORTS = (
-    "http_port", "grpc_port", "metrics_port", "proxy_http_port", "proxy_grpc_port", "prometheus_port",
+    "http_port", "grpc_port", "metrics_port", "proxy_http_port", "proxy_grpc_port", "proxy_health_port",
+    "prometheus_port",
     "grafana_port", "locust_web_port", "locust_master_port", "watchdog_metrics_port",
 )
+
+
+# Images pulled by reference: each must be pinned by tag and digest.
+PULLED_IMAGES = ("debian_image", "python_image", "nginx_image", "prometheus_image", "grafana_image")
 
 
 def _check_images(s: Settings) -> None:
@@ -316,7 +361,7 @@ def _check_images(s: Settings) -> None:
         raise SettingsError(
             f"triton_release {s.triton_release} predates the 2025 security fixes; use {MIN_TRITON_RELEASE} or later"
         )
-    for key in ("python_image", "nginx_image", "prometheus_image", "grafana_image"):
+    for key in PULLED_IMAGES:
         if not is_pinned(getattr(s, key)):
             raise SettingsError(
                 f"{key} {getattr(s, key)!r} is not pinned: write it as name:tag@sha256:<digest> "
@@ -364,7 +409,8 @@ def _check_domain_data(s: Settings) -> None:
 
 
 # Builder targets by compose service: the GPU stack builds a TensorRT plan, the CPU stack ONNX Runtime.
-BUILD_TARGETS: dict[str, Target] = {"builder": "tensorrt", "builder-cpu": "onnxruntime"}
+# The CPU stack serves `--target embedded` repositories on the slim image (Triton 2.51 from the pinned wheel).
+BUILD_TARGETS: dict[str, Target] = {"builder": "tensorrt", "builder-cpu": "embedded"}
 # The build option each setting decides, by option path; build_options() adds what depends on the target.
 SETTING_OPTIONS = {
     "model_name": "name", "max_batch": "max_batch", "max_detections": "max_detections",
@@ -381,7 +427,10 @@ def _target_options(s: Settings, target: Target) -> dict[str, tuple[str, Any]]:
         "precision": ("precision" if gpu else "cpu_precision", s.precision if gpu else s.cpu_precision),
         # The CPU stack always preprocesses on the CPU.
         "preprocess_device": ("preprocess_device", s.preprocess_device if gpu else "cpu"),
-        "instances": ("python_instances", (s.python_instances, 2, s.python_instances)),
+        # The GPU stack: python_instances of preprocess and NMS, two detector instances (one's copies overlap the
+        # other's compute). The CPU stack takes the generator's own default (one preprocess, two detector instances
+        # each with every core, one NMS: docs/BUILDING.md); spelling --instances out would split the cores.
+        "instances": ("python_instances", (s.python_instances, 2, s.python_instances) if gpu else None),
         "max_queue_ms": ("max_queue_ms", s.max_queue_ms or None),  # 0: derived by the generator
         "calibration.calib_images": ("calib_images", Path(CALIB_IMAGES_PATH) if s.calib_images else None),
         "gate.images": ("validate_images", Path(VALIDATE_IMAGES_PATH) if s.validate_images else None),
@@ -434,6 +483,9 @@ def _check_network(s: Settings) -> None:
         raise SettingsError(f"admin_header {s.admin_header!r} must be a lower-case header name")
     if 0 in (s.run_as_uid, s.run_as_gid):
         raise SettingsError("run_as_uid/run_as_gid must not be 0: the containers run as non-root")
+    if s.gpu_ulimit_memlock < -1 or s.gpu_ulimit_stack < 0:
+        raise SettingsError("gpu_ulimit_memlock must be -1 (unlimited), 0 (not set) or bytes; gpu_ulimit_stack 0 "
+                            "(not set) or bytes")
     if s.probe_timeout_s >= s.probe_interval_s:
         raise SettingsError("probe_timeout_s must be shorter than probe_interval_s")
 
@@ -468,6 +520,8 @@ def _check_kubernetes(s: Settings) -> None:
         raise SettingsError("need hpa_min_replicas <= replicas <= hpa_max_replicas")
     if s.hpa_min_replicas < 2:
         raise SettingsError("hpa_min_replicas must be >= 2, or the PodDisruptionBudget blocks every drain")
+    if s.kubernetes_stack not in ("gpu", "cpu"):
+        raise SettingsError(f"kubernetes_stack {s.kubernetes_stack!r} must be 'gpu' or 'cpu'")
     if s.locust_protocol not in ("grpc", "http"):
         raise SettingsError(f"locust_protocol {s.locust_protocol!r} must be 'grpc' or 'http'")
 

@@ -20,13 +20,13 @@ generator's config templates write them):
                                                        or max_det*6*4 (--nms-in-graph: padded rows)
     detections     padded NMS outputs and count        max_det*(4+1+1)*4 + 4
 
-    shm = round_up_64MiB( 2 * python_instances * max_batch * per_item * 2 + 64 MiB )
+    shm = round_up_64MiB( python_model_instances * max_batch * per_item * 2 + 64 MiB )
 
 The images count also with ``preprocess_device=gpu`` (they then travel in Triton's CUDA memory pool): the
 CPU stack, which the same settings size, preprocesses on the CPU.
 
-the first 2: two Python models (preprocess and NMS), each with ``python_instances`` instances; the
-second 2: input and output regions live at the same time and the arena fragments; 64 MiB: the stub
+the first term: the Python models' instances, preprocess and NMS with ``python_instances`` each, plus on the CPU
+stack (``--target embedded``) the detector's one instance, which is a Python model there too; the second 2: input and output regions live at the same time and the arena fragments; 64 MiB: the stub
 control regions and Triton's own use. The same size bounds the Kubernetes ``emptyDir`` for /dev/shm.
 """
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deploy.settings import Settings
+from deploy.settings import Settings, build_options
 from generator.serving import contract
 
 MIB = 1024 * 1024
@@ -89,18 +89,24 @@ def step_tensor_bytes(settings: Settings) -> dict[str, int]:
     }
 
 
-def shm_breakdown(settings: Settings) -> ShmBreakdown:
-    """Apply the module docstring's formula to ``settings``."""
+def python_model_instances(settings: Settings, gpu: bool = True) -> int:
+    """Instances of Python-backend models: preprocess and NMS, and on the CPU stack the embedded detector too."""
+    pre, detector, nms = build_options(settings, "tensorrt" if gpu else "embedded").instance_counts
+    return pre + nms + (0 if gpu else detector)
+
+
+def shm_breakdown(settings: Settings, gpu: bool = True) -> ShmBreakdown:
+    """Apply the module docstring's formula to ``settings``, for the GPU stack or the CPU stack."""
     tensors = step_tensor_bytes(settings)
     per_item = sum(tensors.values())
-    instances = 2 * settings.python_instances
+    instances = python_model_instances(settings, gpu)
     needed = instances * settings.max_batch * per_item * 2 + SHM_BASE_BYTES
     total = -(-needed // SHM_ROUND_BYTES) * SHM_ROUND_BYTES
     return ShmBreakdown(tensors, per_item, instances, settings.max_batch, total)
 
 
-def shm_size_bytes(settings: Settings) -> int:
-    return shm_breakdown(settings).total_bytes
+def shm_size_bytes(settings: Settings, gpu: bool = True) -> int:
+    return shm_breakdown(settings, gpu).total_bytes
 
 
 def max_request_bytes(settings: Settings) -> int:
@@ -113,4 +119,4 @@ def max_request_bytes(settings: Settings) -> int:
 
 def pod_memory_limit_mib(settings: Settings) -> int:
     """Container memory limit: a memory-backed emptyDir for /dev/shm counts against it."""
-    return settings.memory_request_mib + shm_size_bytes(settings) // MIB
+    return settings.memory_request_mib + shm_size_bytes(settings, settings.kubernetes_stack == "gpu") // MIB

@@ -28,6 +28,7 @@ from clients.request import image_request
 from generator.serving.contract import NUM_DETECTIONS
 
 from .errors import InferenceFailed
+from .failures import Backoff, named_failure
 from .images import DEFAULT_SIZES, build_corpus
 from .report import threshold_breaches
 from .target import host_of, user_address
@@ -52,7 +53,7 @@ def add_locust_arguments(parser: Any) -> None:
                        help="exit non-zero if the p95 latency exceeds this")
     group.add_argument("--triton-max-fail-ratio", env_var="LOADTEST_MAX_FAIL_RATIO", type=float, default=None,
                        help="exit non-zero if the failure ratio exceeds this")
-    group.add_argument("--triton-ca-cert", env_var="LOADTEST_CA_CERT", default="",
+    group.add_argument("--triton-ca-cert", "--ca-cert", env_var="LOADTEST_CA_CERT", default="",
                        help="CA certificate for grpcs:// and https:// hosts (the deploy's TLS proxy)")
     group.add_argument("--triton-route-file", env_var="LOADTEST_ROUTE_FILE", default="",
                        help="follow the stable/canary split `generator rollout` publishes (routing.json): that share "
@@ -128,6 +129,7 @@ class TritonUser(User):
         self._requests: list[Any] = []
         self._split = Splitter()
         self._route: tuple[int, Route] | None = None  # (mtime_ns, route) of the route file
+        self._backoff = Backoff()
 
     def load_images(self) -> list[bytes]:
         """The encoded images this user sends (the process's shared corpus)."""
@@ -170,12 +172,12 @@ class TritonUser(User):
         self._cursor = (self._cursor + 1) % len(self._requests)
         start_time = time.time()
         start = time.perf_counter()
-        received, error, model = 0, None, self.settings.model
+        received, error, model, unreached = 0, None, self.settings.model, False
         try:
             model = self.model()
             received = self.send(request, model)
         except Exception as exc:  # noqa: BLE001 -- every failure is a data point for Locust, not a crash
-            error = exc
+            error, unreached = named_failure(exc, _address(self.host, self.protocol)[0])
         self.environment.events.request.fire(
             request_type=self.protocol,
             name=model,
@@ -187,6 +189,10 @@ class TritonUser(User):
             start_time=start_time,
             url=self.host,
         )
+        if unreached:
+            time.sleep(self._backoff.failed())  # gevent's sleep under Locust: the other users go on
+        else:
+            self._backoff.reached()
 
 
 def _check_result(result: Any) -> None:

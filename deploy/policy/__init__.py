@@ -8,16 +8,25 @@ build's tensors. Each function returns a list of violations (empty when every ru
 """
 
 from deploy.policy.compose import compose_text_violations, compose_violations, env_violations
-from deploy.policy.images import dockerfile_violations, extras_violations
+from deploy.policy.images import (
+    DOCKERFILES,
+    LOCAL_DOCKERFILES,
+    dockerfile_violations,
+    extras_violations,
+    local_dockerfile_violations,
+)
 from deploy.policy.kubernetes import k8s_violations
 from deploy.policy.proxy import proxy_violations
 
 __all__ = [
+    "DOCKERFILES",
+    "LOCAL_DOCKERFILES",
     "compose_text_violations",
     "compose_violations",
     "dockerfile_violations",
     "env_violations",
     "extras_violations",
     "k8s_violations",
+    "local_dockerfile_violations",
     "proxy_violations",
 ]

@@ -52,12 +52,18 @@ def release_violation(release: str, where: str) -> list[str]:
     return [f"{where}: Triton release {release} is older than {MIN_TRITON_RELEASE} (2025 security fixes)"]
 
 
-def triton_flag_violations(args: Sequence[str], settings: Settings, where: str) -> list[str]:
-    """Server flags: control mode, readiness, loopback, size cap, drain, cloud endpoints off, admin APIs."""
+def triton_flag_violations(args: Sequence[str], settings: Settings, where: str, *, gpu: bool = True) -> list[str]:
+    """Server flags: control mode, readiness, loopback, size cap, drain, cloud endpoints off, admin APIs.
+
+    The size cap is the NGC server's (``gpu``); the CPU image's Triton 2.51 has none (2.59+) and relies on the proxy.
+    """
     problems = [f"{where}: missing {flag}" for flag in REQUIRED_TRITON_FLAGS if flag not in args]
     if list(args[:1]) != ["tritonserver"]:
         problems.append(f"{where}: the server command must start with tritonserver, got {list(args[:1])}")
-    problems += _one(args, "--http-max-input-size", str(sizing.max_request_bytes(settings)), where)
+    want_cap = [str(sizing.max_request_bytes(settings))] if gpu else []
+    if flag_values(args, "--http-max-input-size") != want_cap:
+        problems.append(f"{where}: --http-max-input-size must be {want_cap} (none on Triton 2.51), "
+                        f"got {flag_values(args, '--http-max-input-size')}")
     problems += _one(args, "--model-repository", commands.MODEL_REPOSITORY, where)
     problems += _one(args, "--exit-timeout-secs", str(commands.stop_timing(settings).exit_timeout_s), where)
     problems += _one(args, "--http-port", str(settings.http_port), where)
@@ -85,7 +91,7 @@ def serve_command_violations(command: Sequence[str], settings: Settings, where: 
     split = args.index("--")
     head, server = args[:split], args[split + 1:]
     timing = commands.stop_timing(settings)
-    problems = triton_flag_violations(server, settings, where)
+    problems = triton_flag_violations(server, settings, where, gpu=gpu)
     pools = flag_values(server, "--cuda-memory-pool-byte-size")
     want_pools = [a.split("=", 1)[1] for a in commands.cuda_pool_args(settings)] if gpu else []
     if pools != want_pools:
@@ -97,6 +103,8 @@ def serve_command_violations(command: Sequence[str], settings: Settings, where: 
         ("--model", settings.model_name),
         ("--failures", str(settings.probe_failures)),
         ("--grace-s", str(timing.watchdog_grace_s)),
+        # A lost stub: a fresh tritonserver in place; anything else exits for the restart policy.
+        ("--restart-on", ",".join(commands.RESTART_IN_PLACE)),
     ):
         problems += _one(head, flag, want, f"{where} (watchdog)")
     return problems

@@ -16,21 +16,32 @@ from deploy.policy.commands import (
 )
 from deploy.settings import BUILD_TARGETS, Settings, is_digest, is_pinned
 
-SERVICES = {"proxy", "builder", "triton", "builder-cpu", "triton-cpu", "prometheus", "grafana",
+SERVICES = {"pod", "proxy", "builder", "triton", "builder-cpu", "triton-cpu", "prometheus", "grafana",
             "locust-master", "locust-worker"}
 TRITON_SERVICES = {"triton": "builder", "triton-cpu": "builder-cpu"}
-PULLED_SERVICES = ("proxy", "prometheus", "grafana")
+PULLED_SERVICES = ("pod", "proxy", "prometheus", "grafana")
+# The network namespace the proxy and Triton share (a pod's sandbox): it publishes the proxy's ports.
+POD = "pod"
+POD_NETWORK = f"service:{POD}"
 PROFILES = {
-    "proxy": ("gpu", "cpu"), "builder": ("gpu",), "triton": ("gpu",), "builder-cpu": ("cpu",),
+    "pod": ("gpu", "cpu"), "proxy": ("gpu", "cpu"), "builder": ("gpu",), "triton": ("gpu",), "builder-cpu": ("cpu",),
     "triton-cpu": ("cpu",), "prometheus": ("monitoring",), "grafana": ("monitoring",),
     "locust-master": ("loadtest",), "locust-worker": ("loadtest",),
 }
 RESTARTING = ("unless-stopped", "on-failure", "always")
-MEMLOCK_UNLIMITED = -1
-STACK_BYTES = 67108864
 # The NGC base digests have no default: compose must refuse to build without them.
 REQUIRED_DIGESTS = ("TRITON_BASE_DIGEST", "TENSORRT_BASE_DIGEST")
-PINNED_ENV = ("PYTHON_IMAGE", "NGINX_IMAGE", "PROMETHEUS_IMAGE", "GRAFANA_IMAGE")
+PINNED_ENV = ("DEBIAN_IMAGE", "PYTHON_IMAGE", "NGINX_IMAGE", "PROMETHEUS_IMAGE", "GRAFANA_IMAGE")
+GPU_SERVICES = ("builder", "triton")
+
+
+def expected_ulimits(name: str, settings: Settings) -> dict[str, int]:
+    """The GPU services get the GPU-host limits the settings ask for; the CPU stack none (a daemon that cannot
+    raise memlock, rootless or capped, then still starts it)."""
+    if name not in GPU_SERVICES:
+        return {}
+    limits = {"memlock": settings.gpu_ulimit_memlock, "stack": settings.gpu_ulimit_stack}
+    return {key: value for key, value in limits.items() if value}
 
 
 def _is_loopback(host_ip: str) -> bool:
@@ -57,9 +68,9 @@ def _service_hardening(name: str, svc: dict[str, Any], settings: Settings) -> li
         host_ip = str(port.get("host_ip", "")) if isinstance(port, dict) else ""
         if not isinstance(port, dict):
             problems.append(f"service {name}: port {port!r} must use the long syntax with host_ip")
-        elif name == "proxy" and host_ip != settings.proxy_bind_address:
-            problems.append(f"service proxy: published on {host_ip!r}, settings say {settings.proxy_bind_address!r}")
-        elif name != "proxy" and not _is_loopback(host_ip):
+        elif name == POD and host_ip != settings.proxy_bind_address:
+            problems.append(f"service {POD}: published on {host_ip!r}, settings say {settings.proxy_bind_address!r}")
+        elif name != POD and not _is_loopback(host_ip):
             problems.append(f"service {name}: port {port.get('target')} published on {host_ip!r}, not loopback")
     return problems
 
@@ -78,8 +89,8 @@ def _triton_service(name: str, svc: dict[str, Any], settings: Settings) -> list[
     problems = serve_command_violations(svc.get("command") or [], settings, where, gpu=name == "triton")
     if "--allow-gpu-metrics=true" in (svc.get("command") or []) and name != "triton":
         problems.append(f"{where}: GPU metrics on a CPU-only service")
-    if svc.get("network_mode") != "service:proxy" or svc.get("ports"):
-        problems.append(f"{where}: must join the proxy's network namespace (network_mode service:proxy), no ports")
+    if svc.get("network_mode") != POD_NETWORK or svc.get("ports"):
+        problems.append(f"{where}: must join the pod's network namespace (network_mode {POD_NETWORK}), no ports")
     dep = (svc.get("depends_on") or {}).get(TRITON_SERVICES[name]) if isinstance(svc.get("depends_on"), dict) else None
     if not dep or dep.get("condition") != "service_completed_successfully":
         problems.append(f"{where}: depends_on {TRITON_SERVICES[name]} with condition service_completed_successfully")
@@ -89,12 +100,10 @@ def _triton_service(name: str, svc: dict[str, Any], settings: Settings) -> list[
     if grace != commands.stop_timing(settings).container_grace_s:
         problems.append(f"{where}: stop_grace_period must be {commands.stop_timing(settings).container_grace_s}s "
                         f"(longer than the watchdog's drain), got {svc.get('stop_grace_period')!r}")
-    need_mib = sizing.shm_size_bytes(settings) // sizing.MIB
+    need_mib = sizing.shm_size_bytes(settings, name == "triton") // sizing.MIB
     if str(svc.get("shm_size")) != f"{need_mib}m":
         problems.append(f"{where}: shm_size must be {need_mib}m (deploy/sizing.py), got {svc.get('shm_size')!r}")
-    ulimits = svc.get("ulimits") or {}
-    if ulimits.get("memlock") != MEMLOCK_UNLIMITED or ulimits.get("stack") != STACK_BYTES:
-        problems.append(f"{where}: ulimits must be memlock -1 and stack {STACK_BYTES}, got {ulimits}")
+    problems += _ulimit_violations(name, svc, settings)
     mounts = _models_mounts(svc)
     if len(mounts) != 1 or mounts[0].get("read_only") is not True:
         problems.append(f"{where}: {commands.MODELS_VOLUME} must be mounted once, read-only")
@@ -111,8 +120,39 @@ def _triton_service(name: str, svc: dict[str, Any], settings: Settings) -> list[
     return problems
 
 
+def _ulimit_violations(name: str, svc: dict[str, Any], settings: Settings) -> list[str]:
+    want = expected_ulimits(name, settings)
+    if (svc.get("ulimits") or {}) != want:
+        return [f"service {name}: ulimits must be {want} (settings gpu_ulimit_*; none on the CPU stack), "
+                f"got {svc.get('ulimits')}"]
+    return []
+
+
+def _pod_service(svc: dict[str, Any], settings: Settings) -> list[str]:
+    """The namespace owner: does nothing but exist, publishes exactly the proxy's ports, carries the alias."""
+    problems = []
+    if list(svc.get("entrypoint") or [])[:1] != ["sleep"] or svc.get("init") is not True:
+        problems.append(f"service {POD}: must only sleep (entrypoint sleep, init true): it must never need a restart")
+    if svc.get("restart") not in RESTARTING:
+        problems.append(f"service {POD}: restart must be one of {RESTARTING}")
+    published = sorted(int(p.get("target", 0)) for p in svc.get("ports") or [] if isinstance(p, dict))
+    if published != sorted((settings.proxy_http_port, settings.proxy_grpc_port)):
+        problems.append(f"service {POD}: must publish exactly the proxy ports, got {published}")
+    aliases = ((svc.get("networks") or {}).get("default") or {}).get("aliases") or []
+    if "triton" not in aliases:
+        problems.append(f"service {POD}: needs the network alias triton (Prometheus and Locust dial it)")
+    return problems
+
+
 def _proxy_service(svc: dict[str, Any], settings: Settings) -> list[str]:
     problems = []
+    if svc.get("network_mode") != POD_NETWORK or svc.get("ports"):
+        problems.append(f"service proxy: must join the pod's network namespace (network_mode {POD_NETWORK}), "
+                        "no ports of its own")
+    test = (svc.get("healthcheck") or {}).get("test") or []
+    if list(test[1:]) != commands.proxy_health_command(settings):
+        problems.append(f"service proxy: the healthcheck must be {commands.proxy_health_command(settings)} "
+                        "(Triton's readiness through nginx: it sees a broken path)")
     targets = {v.get("target"): v for v in svc.get("volumes") or [] if isinstance(v, dict)}
     for target in ("/etc/nginx/nginx.conf", "/etc/nginx/tls"):
         if (targets.get(target) or {}).get("read_only") is not True:
@@ -121,9 +161,6 @@ def _proxy_service(svc: dict[str, Any], settings: Settings) -> list[str]:
         problems.append("service proxy: stop_signal must be SIGQUIT (nginx's graceful stop)")
     if grace_seconds(svc.get("stop_grace_period", "")) != commands.stop_timing(settings).container_grace_s:
         problems.append("service proxy: stop_grace_period must match the Triton services'")
-    published = sorted(int(p.get("target", 0)) for p in svc.get("ports") or [] if isinstance(p, dict))
-    if published != sorted((settings.proxy_http_port, settings.proxy_grpc_port)):
-        problems.append(f"service proxy: must publish exactly the proxy ports, got {published}")
     return problems
 
 
@@ -135,7 +172,9 @@ def _builder_service(name: str, svc: dict[str, Any], settings: Settings) -> list
         problems.append(f"service {name}: {commands.MODELS_VOLUME} must be mounted once, writable")
     if (name == "builder") != _gpu_reserved(svc):
         problems.append(f"service {name}: GPU reservation must be on the GPU builder only")
-    return problems
+    if svc.get("network_mode") != "none":
+        problems.append(f"service {name}: network_mode must be none (the image holds all a build needs)")
+    return problems + _ulimit_violations(name, svc, settings)
 
 
 def compose_violations(compose: dict[str, Any], env: dict[str, str], settings: Settings) -> list[str]:
@@ -158,6 +197,8 @@ def compose_violations(compose: dict[str, Any], env: dict[str, str], settings: S
         problems += _builder_service(name, services[name], settings) if name in services else []
     if "proxy" in services:
         problems += _proxy_service(services["proxy"], settings)
+    if POD in services:
+        problems += _pod_service(services[POD], settings)
     return problems + env_violations(env)
 
 

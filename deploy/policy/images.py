@@ -12,19 +12,25 @@ from deploy.settings import Settings, is_digest, is_pinned
 
 _USER_RE = re.compile(r"^USER\s+(\S+)", re.M)
 _FROM_RE = re.compile(r"^FROM\s+(\S+)", re.M)
-_PIP_RE = re.compile(r'pip install\s+"?/opt/project\[([a-z0-9_,-]+)\]"?')
+_PIP_RE = re.compile(r'pip install\s+(?:--[a-z-]+\s+)*"?/opt/project\[([a-z0-9_,-]+)\]"?')
+# BuildKit fetches a `# syntax=` frontend from Docker Hub before it builds: with no registry nothing builds.
+_SYNTAX_RE = re.compile(r"^#\s*syntax\s*=", re.I | re.M)
 
 
 def _arg_default(text: str, name: str) -> list[str]:
     return re.findall(rf"^ARG\s+{name}=(\S*)\s*$", text, re.M)
 
 
-# image -> (base repository and its digest argument, or None for the pinned PYTHON_IMAGE)
+# image -> (NGC base repository and its digest argument) or (None, the pinned image's build argument)
 DOCKERFILES = {
     "triton": ("nvcr.io/nvidia/tritonserver", "TRITON_BASE_DIGEST"),
     "builder": ("nvcr.io/nvidia/tensorrt", "TENSORRT_BASE_DIGEST"),
-    "loadtest": (None, None),
+    "loadtest": (None, "PYTHON_IMAGE"),
+    "triton-cpu": (None, "DEBIAN_IMAGE"),
+    "builder-cpu": (None, "DEBIAN_IMAGE"),
 }
+# The stand-ins `deploy bases --local` builds on the local Debian base (deploy/docker/local/).
+LOCAL_DOCKERFILES = ("python", "nginx", "prometheus")
 
 
 def _ngc_base(text: str, name: str, repo: str, digest_arg: str) -> list[str]:
@@ -43,33 +49,51 @@ def _ngc_base(text: str, name: str, repo: str, digest_arg: str) -> list[str]:
     return problems
 
 
-def _python_base(text: str, name: str) -> list[str]:
-    images = _arg_default(text, "PYTHON_IMAGE")
+def _pinned_base(text: str, name: str, arg: str) -> list[str]:
+    """Every stage starts from the build argument ``arg``, which defaults to a pinned image."""
+    images = _arg_default(text, arg)
     problems = []
     if len(images) != 1 or not is_pinned(images[0]):
-        problems.append(f"{name}: 'ARG PYTHON_IMAGE=' must default to a name:tag@sha256:<digest> image, got {images}")
-    if _FROM_RE.findall(text) != ["${PYTHON_IMAGE}"]:
-        problems.append(f"{name}: FROM must be ${{PYTHON_IMAGE}}, got {_FROM_RE.findall(text)}")
+        problems.append(f"{name}: 'ARG {arg}=' must default to a name:tag@sha256:<digest> image, got {images}")
+    if not _FROM_RE.findall(text) or set(_FROM_RE.findall(text)) != {f"${{{arg}}}"}:
+        problems.append(f"{name}: every FROM must be ${{{arg}}}, got {_FROM_RE.findall(text)}")
+    return problems
+
+
+def local_dockerfile_violations(text: str, name: str) -> list[str]:
+    """A local stand-in starts from the (pinned, or locally made) Debian base and fetches no frontend."""
+    problems = _pinned_base(text, name, "DEBIAN_IMAGE")
+    if _SYNTAX_RE.search(text):
+        problems.append(f"{name}: no `# syntax=` line (BuildKit would fetch that frontend from a registry)")
     return problems
 
 
 def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str]:
     """Base pinned by tag and digest, the image's extras (and only those) installed, final USER non-root."""
-    repo, digest_arg = DOCKERFILES[image]
+    repo, arg = DOCKERFILES[image]
     name = f"{image}.Dockerfile"
-    problems = _ngc_base(text, name, repo, digest_arg) if repo and digest_arg else _python_base(text, name)
+    problems = _ngc_base(text, name, repo, arg) if repo else _pinned_base(text, name, arg)
+    if _SYNTAX_RE.search(text):
+        problems.append(f"{name}: no `# syntax=` line (BuildKit would fetch that frontend from a registry)")
     extras = _PIP_RE.findall(text)
-    want = ",".join(commands.image_extras(settings, image))
-    if extras != [want]:
-        problems.append(f"{name}: must install exactly the project's [{want}] extras, got {extras}")
+    wanted = ",".join(commands.image_extras(settings, image))
+    if extras != ([wanted] if wanted else []):
+        what = f"the project's [{wanted}] extras" if wanted else "none of the project's extras (a locked environment)"
+        problems.append(f"{name}: must install exactly {what}, got {extras}")
     users = _USER_RE.findall(text)
     if not users or users[-1].split(":")[0] in ("0", "root"):
         problems.append(f"{name}: the final USER must be non-root, got {users[-1:] or 'none'}")
     if re.search(r"^(ENTRYPOINT|CMD).*pip\s+install", text, re.M):
         problems.append(f"{name}: pip install at container start; install at image build time")
-    if image == "triton" and f"COPY generator/server/watchdog.py {commands.WATCHDOG_PATH}" not in text:
+    if image.startswith("triton") and f"COPY generator/server/watchdog.py {commands.WATCHDOG_PATH}" not in text:
         problems.append(f"{name}: must copy generator/server/watchdog.py to {commands.WATCHDOG_PATH} (probes)")
-    if image == "builder" and 'ENTRYPOINT ["python3", "-m", "deploy.build_models"]' not in text:
+    if image == "triton-cpu" and "-m generator serve --prepare --stub-env cpu" not in text:
+        problems.append(f"{name}: must prepare the pinned server and the locked stub environment with "
+                        "`generator serve --prepare --stub-env cpu` at image build time")
+    if image.startswith("builder") and "-m generator build --prepare" not in text:
+        problems.append(f"{name}: must prepare Triton 2.51's config schema at image build time (the builder "
+                        "runs with no network)")
+    if image.startswith("builder") and 'ENTRYPOINT ["python3", "-m", "deploy.build_models"]' not in text:
         problems.append(f"{name}: the entry point must be python3 -m deploy.build_models (atomic volume switch)")
     return problems
 

@@ -10,6 +10,7 @@ from deploy import commands, sizing
 from deploy.policy.commands import builder_command_violations, probe_violations, serve_command_violations
 from deploy.policy.proxy import proxy_violations
 from deploy.settings import Settings, is_pinned
+from generator.builder.spec.options import Target
 
 Docs = list[tuple[str, dict[str, Any]]]
 PROXY_CONFIGMAP = "triton-proxy"
@@ -66,11 +67,15 @@ def _probes(main: dict[str, Any], settings: Settings) -> list[str]:
 
 
 def _triton_container(pod: dict[str, Any], main: dict[str, Any], settings: Settings) -> list[str]:
-    problems = serve_command_violations(main.get("args") or [], settings, "Deployment/triton", gpu=True)
+    gpu = settings.kubernetes_gpu
+    problems = serve_command_violations(main.get("args") or [], settings, "Deployment/triton", gpu=gpu)
     problems += _probes(main, settings)
     limits = (main.get("resources") or {}).get("limits") or {}
-    if int(limits.get("nvidia.com/gpu", 0)) < 1:
-        problems.append("Deployment/triton: needs a nvidia.com/gpu limit")
+    if (int(limits.get("nvidia.com/gpu", 0)) >= 1) != gpu:
+        problems.append("Deployment/triton: a nvidia.com/gpu limit on the GPU stack, none on the CPU stack "
+                        f"(kubernetes_stack {settings.kubernetes_stack})")
+    if main.get("image") != settings.kubernetes_images()[1]:
+        problems.append(f"Deployment/triton: image must be {settings.kubernetes_images()[1]}, got {main.get('image')}")
     ports = {p.get("containerPort") for p in main.get("ports") or []}
     if ports & {settings.http_port, settings.grpc_port}:
         problems.append("Deployment/triton: Triton's HTTP/gRPC ports must not be container ports (loopback only)")
@@ -82,7 +87,7 @@ def _triton_container(pod: dict[str, Any], main: dict[str, Any], settings: Setti
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     mounts = {m["mountPath"]: m for m in main.get("volumeMounts") or []}
     shm = volumes.get((mounts.get("/dev/shm") or {}).get("name", ""), {}).get("emptyDir") or {}
-    want = f"{sizing.shm_size_bytes(settings) // sizing.MIB}Mi"
+    want = f"{sizing.shm_size_bytes(settings, gpu) // sizing.MIB}Mi"
     if shm.get("medium") != "Memory" or shm.get("sizeLimit") != want:
         problems.append(f"Deployment/triton: /dev/shm must be an emptyDir medium Memory sizeLimit {want}, got {shm}")
     if (mounts.get(commands.MODELS_VOLUME) or {}).get("readOnly") is not True:
@@ -128,7 +133,8 @@ def _deployment(doc: dict[str, Any], by_kind: dict[str, list[dict[str, Any]]], s
     if len(builders) != 1:
         problems.append(f"Deployment/triton: one initContainer must build {commands.MODELS_VOLUME}")
     else:
-        problems += builder_command_violations(builders[0].get("args") or [], settings, "tensorrt",
+        target: Target = "tensorrt" if settings.kubernetes_gpu else "embedded"
+        problems += builder_command_violations(builders[0].get("args") or [], settings, target,
                                                "Deployment/triton initContainer")
     configs = [c for c in by_kind.get("ConfigMap", []) if c["metadata"]["name"] == PROXY_CONFIGMAP]
     if len(configs) != 1:

@@ -21,14 +21,17 @@ def proxy_violations(conf: str, settings: Settings, where: str = "proxy/nginx.co
         problems.append(f"{where}: client_max_body_size must be {limit} once (deploy/sizing.py), "
                         f"got {_directives(conf, 'client_max_body_size')}")
     listens = _directives(conf, "listen")
-    want = [f"{settings.proxy_http_port} ssl", f"{settings.proxy_grpc_port} ssl http2"]
+    # TLS on both client listeners; the health endpoint plain, on loopback only (inside the pod).
+    want = [f"{settings.proxy_http_port} ssl", f"{settings.proxy_grpc_port} ssl http2",
+            f"127.0.0.1:{settings.proxy_health_port}"]
     if sorted(listens) != sorted(want):
-        problems.append(f"{where}: listeners must be exactly {want} (TLS on both), got {listens}")
+        problems.append(f"{where}: listeners must be exactly {want} (TLS on both, health on loopback), got {listens}")
     upstreams = _directives(conf, "server")
     want_up = [f"127.0.0.1:{settings.http_port}", f"127.0.0.1:{settings.grpc_port}"]
     if sorted(upstreams) != sorted(want_up):
         problems.append(f"{where}: upstreams must be Triton on loopback {want_up}, got {upstreams}")
-    if _directives(conf, "grpc_pass") != ["grpc://triton_grpc"] or set(_directives(conf, "proxy_pass")) != {"http://triton_http"}:
+    passes = {"http://triton_http", "http://triton_http/v2/health/ready"}
+    if _directives(conf, "grpc_pass") != ["grpc://triton_grpc"] or set(_directives(conf, "proxy_pass")) != passes:
         problems.append(f"{where}: gRPC must go through grpc_pass and HTTP through proxy_pass to the upstreams")
     protocols = " ".join(_directives(conf, "ssl_protocols")).split()
     if not protocols or set(protocols) - {"TLSv1.2", "TLSv1.3"}:

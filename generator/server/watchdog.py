@@ -14,6 +14,8 @@ configured with ``priority_levels: 2``; on models without priority levels Triton
         2N-1), or at once when a probe finds a dead Python-backend stub (it never comes back by itself), stops
         it (SIGTERM, SIGKILL after G seconds) and exits 1 so the container's restart policy starts a fresh one. SIGTERM is passed
         on to the server, which drains the requests in flight (see generator/server/shutdown.py).
+        ``--restart-on stub_exited,dead_stub [--restart-grace-s S]`` restarts the server in place for those
+        reasons instead (a lost stub: a fresh server loads in seconds, a fresh container takes longer).
 
 ``python -m generator serve`` uses the same `Supervisor` with ``restart=True``. Standard library only: this
 file is copied alone into the Triton image; ``python -m generator.server.watchdog`` runs it from the package.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import http.server
 import json
@@ -340,14 +343,20 @@ def launch_command(command: Sequence[str]) -> Launcher:
 class Supervisor:
     """Run a server child, probe it, stop it when unhealthy; restart it (``restart=True``) or exit 1.
 
-    A first stop request (SIGTERM/SIGINT, or `request_stop`) is passed on to the server as SIGTERM and
+    `restart_on` names reasons (RESTART_REASONS) restarted in place even without ``restart``; a start that
+    never becomes healthy still exits. A first stop request (SIGTERM/SIGINT, or `request_stop`) is passed on to the server as SIGTERM and
     waited for up to ``grace_s``; a second one kills it at once.
     """
 
     def __init__(self, launch: Launcher, url: str, models: Sequence[str], policy: WatchPolicy, *,
                  restart: bool = False, on_healthy: Callable[[int], None] | None = None,
-                 metrics: WatchdogMetrics | None = None, explicit: bool = False) -> None:
+                 metrics: WatchdogMetrics | None = None, explicit: bool = False,
+                 restart_on: Sequence[str] = ()) -> None:
         parse_address(url)
+        unknown = sorted(set(restart_on) - set(RESTART_REASONS))
+        if unknown:
+            raise ValueError(f"cannot restart on {', '.join(unknown)}: the reasons are {', '.join(RESTART_REASONS)}")
+        self.restart_on = frozenset(restart_on)
         self._launch, self.url, self.models, self.policy = launch, url, tuple(models), policy
         self.child: subprocess.Popen[Any] | None = None  # the server started last
         # Explicit model control: models come and go through the load/unload API, and so do their stubs.
@@ -356,6 +365,7 @@ class Supervisor:
         self.metrics = metrics if metrics is not None else WatchdogMetrics()
         self._stop, self._kill = threading.Event(), threading.Event()
         self.starts = 0
+        self._groups: dict[int, bool] = {}  # child pid -> it leads its own process group (launch_command's)
 
     def request_stop(self) -> None:
         """Drain and stop; called again, kill now. Safe from a signal handler."""
@@ -382,6 +392,7 @@ class Supervisor:
         failed_starts = 0
         while True:
             child = self.child = self._launch()
+            self._groups[child.pid] = _leads_group(child)
             self.starts += 1
             self.metrics.count(start=True)
             reason = self._await_healthy(child)
@@ -403,7 +414,7 @@ class Supervisor:
             code = self._stop_child(child, grace)
             if failed_starts >= (self.policy.max_failed_starts if self.restart else 1):
                 raise WatchdogError(f"Triton did not become healthy: {reason}")
-            if not self.restart:
+            if not (self.restart or reason.kind in self.restart_on):
                 logger.error("Triton is unhealthy (%s); stopped it (exit code %s)", reason, code)
                 return EXIT_UNHEALTHY
             logger.warning("restarting Triton (start %d): %s", self.starts + 1, reason)
@@ -448,6 +459,8 @@ class Supervisor:
                 # A reload replaces an instance's stub: the same instance name under a new pid is no loss.
                 lost = self._unexplained([n for n in lost if n not in current.values()], suspects)
                 stubs = current  # stubs of models loaded since are watched too
+            if lost and child.poll() is not None:  # the stubs went with their server
+                return Unhealthy("server_exited", f"tritonserver exited with code {child.returncode}")
             if lost:
                 return Unhealthy("stub_exited", f"the Python-backend stub of {', '.join(lost)} exited "
                                                 "(Triton does not restart it)")
@@ -503,6 +516,8 @@ class Supervisor:
                 logger.warning("tritonserver still running after SIGTERM; killing it")
                 _kill_group(child)
         code = child.wait()
+        if self._groups.pop(child.pid, False):
+            _kill_leftovers(child.pid)
         return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
 
 
@@ -557,6 +572,20 @@ def unhealthy(recent: Sequence[bool], failures: int) -> bool:
     probe: one of two instances of a step has lost its stub, and half of all requests fail for good.
     """
     return sum(list(recent)[-(2 * failures - 1) :]) >= failures
+
+
+def _leads_group(child: subprocess.Popen[Any]) -> bool:
+    try:
+        return os.getpgid(child.pid) == child.pid
+    except (ProcessLookupError, AttributeError):
+        return False
+
+
+def _kill_leftovers(group: int) -> None:
+    """What is left of a dead server's process group: backend stubs of a tritonserver that was killed outright
+    linger, holding /dev/shm, until they notice. A group id is not reused while members hold it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def _kill_group(child: subprocess.Popen[Any]) -> None:
@@ -620,6 +649,11 @@ def build_parser() -> argparse.ArgumentParser:
     supervise.add_argument("--metrics-address", default="0.0.0.0", help="address of the metrics endpoint")
     supervise.add_argument("--state-file", type=Path,
                            help="keep the counters here across restarts of the watchdog (its container)")
+    supervise.add_argument("--restart-on", default="",
+                           help=f"comma-separated reasons to restart the server in place for instead of exiting "
+                                f"({', '.join(RESTART_REASONS)})")
+    supervise.add_argument("--restart-grace-s", type=float,
+                           help="SIGTERM to SIGKILL of an unhealthy server (default: --grace-s)")
     supervise.add_argument("command", nargs=argparse.REMAINDER, help="-- tritonserver ARGS...")
     return parser
 
@@ -637,9 +671,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not command:
             raise WatchdogError("no server command: put it after --, e.g. -- tritonserver --model-repository=/models")
         policy = WatchPolicy(failures=args.failures, interval_s=args.interval_s, timeout_s=args.timeout_s,
-                             grace_s=args.grace_s, start_timeout_s=args.start_timeout_s)
+                             grace_s=args.grace_s, restart_grace_s=args.restart_grace_s,
+                             start_timeout_s=args.start_timeout_s)
+        restart_on = [reason for reason in args.restart_on.split(",") if reason]
         metrics = WatchdogMetrics(args.state_file)
-        supervisor = Supervisor(launch_command(command), args.url, args.model, policy, metrics=metrics)
+        supervisor = Supervisor(launch_command(command), args.url, args.model, policy, metrics=metrics,
+                                restart_on=restart_on)
         if args.metrics_port:
             serve_metrics(metrics, args.metrics_address, args.metrics_port, gpu_series(supervisor))
         supervisor.install_signal_handlers()

@@ -78,6 +78,7 @@ SOURCES: dict[str, Callable[[], set[str]]] = {
     "Embedded Triton": lambda: {TRITON_VERSION, f"nvidia-pytriton=={PYTRITON_VERSION}"},
     "NGC Triton image": ngc_triton,
     "NGC TensorRT image": lambda: {Settings().tensorrt_base_image},
+    "Debian base of the CPU images": lambda: {Settings().debian_image.split("@")[0]},
     "tritonclient": lambda: extra("tritonclient", "build", "client"),
     "perf_analyzer, 2.51 config schema": lambda: lock("tritonclient", "perf-analyzer") | lock("nvidia-cuda-runtime-cu12", "perf-analyzer"),
     "numpy, yours": lambda: extra("numpy", "build", "client"),
@@ -113,5 +114,7 @@ def test_the_table_says_what_the_project_pins(component: str) -> None:
 
 def test_the_table_says_where_the_embedded_server_belongs() -> None:
     section = (ROOT / "README.md").read_text().split(SECTION, 1)[1]
-    assert "The embedded Triton 2.51 is for development, CI and GPU hosts without Docker." in section
-    assert "lacks the 2025-26 Python-backend security" in section and "Production runs the pinned NGC image" in section
+    assert ("The embedded Triton 2.51 is for development, CI, GPU hosts without Docker and the CPU stack's slim "
+            "image." in section.replace("\n", " "))
+    assert "lacks the 2025-26\nPython-backend security" in section
+    assert "Production on GPUs runs the pinned NGC image" in section

@@ -109,3 +109,22 @@ def test_output_names_stay_unique():
     paths = [Path("x/a.jpg"), Path("y/a.jpg"), Path("z/A.jpg"), Path("b.png")]
     names = _output_names(paths)
     assert [names[p] for p in paths] == ["a.jpg", "a-1.jpg", "A-2.jpg", "b.png"]
+
+
+def test_the_admin_key_and_the_ca_come_from_files(image, tmp_path, capsys):
+    """--admin-key-file reads a key kept in a file (deploy up's admin_token_file); --ca-cert is for TLS URLs."""
+    from clients.detect import read_key_file
+
+    key = tmp_path / "admin-token"
+    key.write_text("0123abcd\n")
+    assert read_key_file(key) == "0123abcd"
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    assert main([str(image), "--admin-key-file", str(empty)]) == 1
+    assert f"the admin key file {empty} is empty" in capsys.readouterr().err
+    assert main([str(image), "--admin-key-file", str(tmp_path / "missing")]) == 1
+    assert "cannot read the admin key file" in capsys.readouterr().err
+    ca = tmp_path / "ca.crt"
+    ca.write_text("unused")
+    assert main([str(image), "--url", "grpc://127.0.0.1:1", "--ca-cert", str(ca)]) == 1
+    assert "use grpcs:// or https://" in capsys.readouterr().err

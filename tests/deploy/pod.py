@@ -40,9 +40,9 @@ NOBODY = 65534
 
 
 def pod_settings(**overrides: Any) -> Settings:
-    http, grpc, metrics, https, grpcs, watchdog = free_ports(6)
+    http, grpc, metrics, https, grpcs, watchdog, health = free_ports(7)
     return Settings(http_port=http, grpc_port=grpc, metrics_port=metrics, proxy_http_port=https,
-                    proxy_grpc_port=grpcs, watchdog_metrics_port=watchdog, **overrides)
+                    proxy_grpc_port=grpcs, watchdog_metrics_port=watchdog, proxy_health_port=health, **overrides)
 
 
 def make_certificate(directory: Path) -> Path:

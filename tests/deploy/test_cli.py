@@ -23,7 +23,7 @@ def test_check_reports_a_hardening_regression(tmp_path: Path, capsys: pytest.Cap
     compose.write_text(compose.read_text().replace("read_only: true\n    cap_drop", "read_only: false\n    cap_drop", 1))
     assert main(["check", "--dir", str(tmp_path), "--no-drift"]) == 1
     err = capsys.readouterr().err
-    assert "service proxy: read_only must be true" in err and "1 problem(s)" in err
+    assert "service pod: read_only must be true" in err and "1 problem(s)" in err
 
 
 def test_user_errors_print_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,13 @@ import pytest
 from deploy.checks import CHECK_SECRETS
 from deploy.composefile import interpolate, load_compose, parse_env, referenced_variables
 from deploy.errors import CheckError
-from deploy.policy import compose_text_violations, compose_violations, dockerfile_violations, env_violations
+from deploy.policy import (
+    DOCKERFILES,
+    compose_text_violations,
+    compose_violations,
+    dockerfile_violations,
+    env_violations,
+)
 from deploy.settings import ADMIN_API_GROUPS, Settings, release_tuple
 from deploy.validate import compose_schema_errors
 
@@ -76,10 +82,14 @@ def test_triton_is_pinned_at_or_above_25_07_and_builder_uses_the_same_release(
     assert f"ARG TRITON_RELEASE={env['TRITON_RELEASE']}\n" in builder
     assert "FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3@${TRITON_BASE_DIGEST}" in triton
     assert "FROM nvcr.io/nvidia/tensorrt:${TRITON_RELEASE}-py3@${TENSORRT_BASE_DIGEST}" in builder
-    for name in ("builder", "triton", "builder-cpu", "triton-cpu"):
+    for name in ("builder", "triton"):
         assert compose["services"][name]["build"]["args"]["TRITON_RELEASE"] == env["TRITON_RELEASE"]
-    for image in ("triton", "builder", "loadtest"):
-        assert dockerfile_violations((rendered_dir / f"docker/{image}.Dockerfile").read_text(), image, Settings()) == []
+    for name in ("builder-cpu", "triton-cpu"):  # the CPU stack: Triton 2.51 from the pinned wheel on Debian
+        assert compose["services"][name]["build"]["args"]["DEBIAN_IMAGE"] == env["DEBIAN_IMAGE"]
+    for image in DOCKERFILES:
+        text = (rendered_dir / f"docker/{image}.Dockerfile").read_text()
+        assert dockerfile_violations(text, image, Settings()) == [], image
+        assert "# syntax" not in text  # BuildKit would fetch that frontend from a registry first
 
 
 _NGC = "ARG TRITON_RELEASE={release}\nARG TRITON_BASE_DIGEST={digest}\nFROM {base}\n" \
@@ -109,6 +119,8 @@ def test_dockerfile_rules_catch_old_pins_unpinned_bases_wrong_extras_and_root() 
     late = 'ARG PYTHON_IMAGE=python:3.11\nFROM ${PYTHON_IMAGE}\nUSER 1000\nCMD sh -c "pip install numpy"\n'
     problems = dockerfile_violations(late, "loadtest", s)
     assert any("container start" in p for p in problems) and any("sha256" in p for p in problems)
+    fetching = "# syntax=docker/dockerfile:1\n" + _triton_dockerfile()
+    assert any("syntax" in p for p in dockerfile_violations(fetching, "triton", s))
 
 
 def test_the_ngc_digests_are_required_at_deploy_time(rendered_dir: Path, env: dict[str, str]) -> None:
@@ -143,17 +155,19 @@ def test_triton_flags_restrict_admin_apis_on_both_protocols(compose: dict[str, A
 def test_only_the_proxy_is_reachable_and_only_on_loopback_by_default(compose: dict[str, Any],
                                                                      settings: Settings) -> None:
     services = compose["services"]
-    for name in ("triton", "triton-cpu"):
-        assert services[name]["network_mode"] == "service:proxy" and "ports" not in services[name]
-    proxy = services["proxy"]
-    assert sorted(p["target"] for p in proxy["ports"]) == [settings.proxy_http_port, settings.proxy_grpc_port]
+    # The pod owns the namespace both join: either can restart alone and join it again.
+    for name in ("triton", "triton-cpu", "proxy"):
+        assert services[name]["network_mode"] == "service:pod" and "ports" not in services[name]
+    pod = services["pod"]
+    assert pod["entrypoint"][0] == "sleep" and pod["init"] is True
+    assert sorted(p["target"] for p in pod["ports"]) == [settings.proxy_http_port, settings.proxy_grpc_port]
     published = [p for s in services.values() for p in s.get("ports", [])]
     assert {p["host_ip"] for p in published} == {"127.0.0.1"}
-    assert proxy["networks"]["default"]["aliases"] == ["triton"]  # Prometheus scrapes triton:8002 there
-    # An operator may publish the proxy (and only the proxy) on the network.
+    assert pod["networks"]["default"]["aliases"] == ["triton"]  # Prometheus scrapes triton:8002 there
+    # An operator may publish the proxy's ports (and only those) on the network.
     public = Settings(proxy_bind_address="0.0.0.0")
-    compose["services"]["proxy"]["ports"][0]["host_ip"] = "0.0.0.0"
-    compose["services"]["proxy"]["ports"][1]["host_ip"] = "0.0.0.0"
+    compose["services"]["pod"]["ports"][0]["host_ip"] = "0.0.0.0"
+    compose["services"]["pod"]["ports"][1]["host_ip"] = "0.0.0.0"
     assert not [p for p in compose_violations(compose, {}, public) if "published on" in p]
     assert [p for p in compose_violations(compose, {}, settings) if "published on" in p]
 
@@ -169,12 +183,40 @@ def test_triton_entry_point_probe_grace_shm_and_builder_dependency(compose: dict
         assert "--grace-s=40" in svc["command"] and "--exit-timeout-secs=30" in svc["command"]
         assert svc["healthcheck"]["test"] == ["CMD", "python3", "/opt/deploy/watchdog.py", "probe", "--url",
                                               "127.0.0.1:8000", "--model", settings.model_name, "--timeout-s", "5"]
-        assert svc["shm_size"] == "448m"
         assert svc["environment"] == {"OPENCV_IO_MAX_IMAGE_PIXELS": str(settings.max_image_pixels)}
-        assert svc["ulimits"] == {"memlock": -1, "stack": 67108864}
         assert svc["user"] == "1000:1000" and svc["read_only"] is True and svc["cap_drop"] == ["ALL"]
-    assert compose["services"]["builder"]["network_mode"] == "none"
+        # A lost stub restarts tritonserver in place; anything else exits for the restart policy.
+        assert "--restart-on=stub_exited,dead_stub" in svc["command"]
+    # 4 Python instances (2 preprocess, 2 NMS) on the GPU; on the CPU stack the generator's default 1, 2 and 1,
+    # the embedded detector's two being Python models too.
+    assert compose["services"]["triton"]["shm_size"] == "448m"
+    assert compose["services"]["triton-cpu"]["shm_size"] == "448m"
+    assert "--instances" not in compose["services"]["builder-cpu"]["command"]
+    # NVIDIA's host limits on the GPU stack only: a daemon that cannot raise memlock still runs the CPU stack.
+    for name in ("builder", "triton"):
+        assert compose["services"][name]["ulimits"] == {"memlock": -1, "stack": 67108864}
+    for name in ("builder-cpu", "triton-cpu", "proxy", "pod"):
+        assert "ulimits" not in compose["services"][name]
+    for name in ("builder", "builder-cpu"):
+        assert compose["services"][name]["network_mode"] == "none"
+    assert "--http-max-input-size=33620096" in compose["services"]["triton"]["command"]
+    assert not [a for a in compose["services"]["triton-cpu"]["command"] if a.startswith("--http-max-input-size")]
     assert compose["services"]["proxy"]["stop_signal"] == "SIGQUIT"
+    assert compose["services"]["proxy"]["healthcheck"]["test"][1:] == [
+        "wget", "-q", "-O", "/dev/null", "-T", "5", "http://127.0.0.1:8445/healthz"]
+
+
+def test_gpu_host_ulimits_are_settings() -> None:
+    """memlock and stack are settings of the GPU stack: 0 leaves one out, both 0 leave none."""
+    from deploy.render import render_all
+
+    def limits(**overrides: int) -> dict[str, Any]:
+        text = render_all(Settings(**overrides))["docker-compose.yml"]
+        env = {**parse_env(render_all(Settings())[".env"]), **CHECK_SECRETS}
+        return {name: load_compose(text, env)["services"][name].get("ulimits") for name in ("builder", "triton")}
+
+    assert limits(gpu_ulimit_memlock=0) == {"builder": {"stack": 67108864}, "triton": {"stack": 67108864}}
+    assert limits(gpu_ulimit_memlock=0, gpu_ulimit_stack=0) == {"builder": None, "triton": None}
 
 
 def _mutate(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
@@ -211,7 +253,14 @@ def _add_flag(service: str, flag: str, value: str) -> Callable[[dict[str, Any]],
     ("mutation", "expected"),
     [
         (_mutate(("services", "grafana", "ports", 0, "host_ip"), "0.0.0.0"), "not loopback"),
-        (_mutate(("services", "proxy", "ports", 0, "host_ip"), "0.0.0.0"), "settings say"),
+        (_mutate(("services", "pod", "ports", 0, "host_ip"), "0.0.0.0"), "settings say"),
+        (_mutate(("services", "proxy", "ports"), [{"target": 8443, "host_ip": "127.0.0.1"}]), "pod's network"),
+        (_mutate(("services", "proxy", "network_mode"), "service:triton"), "pod's network"),
+        (_mutate(("services", "proxy", "healthcheck"), _DELETE), "broken path"),
+        (_mutate(("services", "pod", "entrypoint"), ["nginx"]), "only sleep"),
+        (_mutate(("services", "pod", "networks"), _DELETE), "alias triton"),
+        (_mutate(("services", "builder-cpu", "network_mode"), "bridge"), "network_mode must be none"),
+        (_mutate(("services", "triton-cpu", "ulimits"), {"memlock": -1}), "ulimits"),
         (_mutate(("services", "prometheus", "ports", 0), "9090:9090"), "long syntax"),
         (_mutate(("services", "triton", "ports"), [{"target": 8000, "host_ip": "127.0.0.1"}]), "network namespace"),
         (_mutate(("services", "triton-cpu", "network_mode"), _DELETE), "network namespace"),
@@ -220,6 +269,7 @@ def _add_flag(service: str, flag: str, value: str) -> Callable[[dict[str, Any]],
         (_mutate(("services", "triton", "environment"), {}), "OPENCV_IO_MAX_IMAGE_PIXELS"),
         (_mutate(("services", "triton", "healthcheck", "test"), ["CMD", "curl", "-f", "localhost:8000"]), "probe"),
         (_mutate(("services", "proxy", "image"), "nginx:1.30.5-alpine"), "pinned"),
+        (_mutate(("services", "pod", "image"), "nginx:1.30.5-alpine"), "pinned"),
         (_mutate(("services", "grafana", "image"), "grafana/grafana:latest"), "pinned"),
         (_mutate(("services", "proxy", "stop_signal"), "SIGTERM"), "SIGQUIT"),
         (_mutate(("services", "proxy", "volumes", 1, "read_only"), False), "/etc/nginx/tls"),
@@ -236,7 +286,7 @@ def _add_flag(service: str, flag: str, value: str) -> Callable[[dict[str, Any]],
         (_mutate(("services", "triton-cpu", "healthcheck", "test", 7), "yolo_detector"), "--model must be yolo"),
         (_mutate(("services", "triton", "depends_on", "builder", "condition"), "service_started"), "depends_on"),
         (_mutate(("services", "triton", "deploy"), _DELETE), "GPU reservation"),
-        (_set_flag("builder-cpu", "--target", "tensorrt"), "--target is 'tensorrt', the settings say 'onnxruntime'"),
+        (_set_flag("builder-cpu", "--target", "onnxruntime"), "--target is 'onnxruntime', the settings say 'embedded'"),
         (_set_flag("builder", "--max-image-pixels", "999"), "--max-image-pixels is 999"),
         (_add_flag("builder", "--max-queue-ms", "5000"), "--max-queue-ms is 5000"),
         (_set_flag("builder", "--onnx", "/tmp/other.onnx"), "--onnx must be /opt/detector/model.onnx"),

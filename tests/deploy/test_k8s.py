@@ -188,3 +188,28 @@ def test_each_k8s_rule_catches_its_regression(k8s_docs: Docs, settings: Settings
     mutate(broken)
     problems = k8s_violations(broken, settings)
     assert any(expected in p for p in problems), problems
+
+
+def test_the_cpu_stack_renders_a_deployment_on_the_slim_images_without_a_gpu(tmp_path: Path) -> None:
+    """kubernetes_stack cpu: the CPU stack's builder and slim Triton image, --target embedded, no GPU requested;
+    the default (GPU) render checked against these settings misses all of it."""
+    from deploy.checks import run_checks
+    from deploy.render import render_all, write_rendered
+
+    settings = Settings(kubernetes_stack="cpu")
+    write_rendered(render_all(settings), tmp_path)
+    assert run_checks(tmp_path, settings) == []
+    deployment = yaml.safe_load((tmp_path / "k8s" / "deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    (builder,) = pod["initContainers"]
+    triton = next(c for c in pod["containers"] if c["name"] == "triton")
+    assert builder["image"].endswith("/yolo-builder-cpu:2.51.0-0.1.0") and "embedded" in builder["args"]
+    assert triton["image"].endswith("/yolo-triton-cpu:2.51.0-0.1.0")
+    assert not [a for a in triton["args"] if a.startswith("--http-max-input-size")]  # Triton 2.51
+    for container in (builder, triton):
+        assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    write_rendered(render_all(Settings()), tmp_path)
+    problems = run_checks(tmp_path, settings, check_drift=False)
+    assert any("nvidia.com/gpu" in p for p in problems) and any("--target" in p for p in problems)
+    with pytest.raises(Exception, match="kubernetes_stack"):
+        Settings(kubernetes_stack="tpu")

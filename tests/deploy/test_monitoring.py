@@ -86,11 +86,11 @@ def test_prometheus_scrapes_triton_and_grafana_mounts_the_provisioning(rendered_
     provider = yaml.safe_load((rendered_dir / "monitoring/grafana/provisioning/dashboards/provider.yml").read_text())
     mounted = {v["target"] for v in grafana["volumes"]}
     assert provider["providers"][0]["options"]["path"] in mounted
-    # CPU and GPU Triton both live in the proxy's network namespace, which answers to the alias Prometheus
+    # CPU and GPU Triton both live in the pod's network namespace, which answers to the alias Prometheus
     # scrapes; Triton's metrics port listens on that namespace's interfaces.
-    assert "triton" in compose["services"]["proxy"]["networks"]["default"]["aliases"]
+    assert "triton" in compose["services"]["pod"]["networks"]["default"]["aliases"]
     for name in ("triton", "triton-cpu"):
-        assert compose["services"][name]["network_mode"] == "service:proxy"
+        assert compose["services"][name]["network_mode"] == "service:pod"
         assert "--metrics-address=0.0.0.0" in compose["services"][name]["command"]
 
 

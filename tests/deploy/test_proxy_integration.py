@@ -60,17 +60,23 @@ def test_normal_traffic_passes_through_tls_with_the_project_clients(pod: Pod, jp
 
 
 def test_tls_is_required_and_verified(pod: Pod, jpeg: bytes) -> None:
-    from clients import ClientError, DetectionClient
+    from clients import DetectionClient, TlsError
 
-    # Plain gRPC to the TLS port, and TLS without trusting the self-signed certificate: both refused.
-    with pytest.raises(ClientError) as plain_error, DetectionClient(
+    # Plain gRPC to the TLS port, and TLS without trusting the self-signed certificate: both refused, by cause,
+    # with the library's own words kept in the exception chain.
+    with pytest.raises(TlsError) as plain_error, DetectionClient(
             f"grpc://127.0.0.1:{pod.settings.proxy_grpc_port}", model="yolo", timeout_s=5) as plain:
         plain.detect(jpeg)
-    with pytest.raises(ClientError) as untrusted_error, DetectionClient(
+    with pytest.raises(TlsError) as untrusted_error, DetectionClient(
             pod.grpcs_url, model="yolo", timeout_s=5) as untrusted:
         untrusted.detect(jpeg)
-    assert "CERTIFICATE_VERIFY_FAILED" in str(untrusted_error.value)
-    assert "HTTP/2" in str(plain_error.value)
+    assert "not signed by a CA this client trusts" in str(untrusted_error.value)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(untrusted_error.value.__cause__)
+    assert "speaks TLS" in str(plain_error.value) and "HTTP/2" in str(plain_error.value.__cause__)
+    # Trusting the proxy's certificate with ca_cert=: both protocols answer.
+    for url in (pod.grpcs_url, pod.https_url):
+        with DetectionClient(url, model="yolo", timeout_s=30, ca_cert=pod.ca) as trusted:
+            assert trusted.detect(jpeg) is not None
 
 
 def _oversized_grpc(pod: Pod, payload: np.ndarray) -> tuple[object, float]:

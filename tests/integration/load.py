@@ -38,8 +38,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 class Sender:
     """One gRPC client sending the same encoded image to one model."""
 
-    def __init__(self, url: str, model: str, image: bytes) -> None:
-        self.client = grpcclient.InferenceServerClient(url)
+    def __init__(self, url: str, model: str, image: bytes, **tls: Any) -> None:
+        """``tls``: tritonclient's ``ssl``/``root_certificates``, for a server behind the deployment's TLS proxy."""
+        self.client = grpcclient.InferenceServerClient(url, **tls)
         self.model = model
         self.inputs, self.outputs = image_request(grpcclient, [image])
         self._lock = threading.Lock()

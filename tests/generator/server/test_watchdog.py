@@ -308,6 +308,38 @@ def test_restart_mode_restarts_a_server_that_exits(standin: Standin) -> None:
     assert supervisor.code == 0 and all(p.poll() is not None for p in processes)  # type: ignore[attr-defined]
 
 
+def test_restart_on_restarts_those_reasons_in_place_and_exits_for_the_others(standin: Standin) -> None:
+    """The container's supervisor: a lost stub (here: failing probes) gets a fresh server in place; a server that
+    exits is the restart policy's, so the supervisor exits 1."""
+    healthy: list[int] = []
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def launch() -> subprocess.Popen[bytes]:
+        processes.append(subprocess.Popen(standin.command, start_new_session=True))
+        return processes[-1]
+
+    policy = watchdog.WatchPolicy(failures=2, interval_s=0.2, timeout_s=1.0, grace_s=5.0)
+    supervisor = watchdog.Supervisor(launch, standin.url, ["m"], policy, on_healthy=healthy.append,
+                                     restart_on=["probe_failures"])
+    thread = threading.Thread(target=lambda: setattr(supervisor, "code", supervisor.run()))
+    thread.start()
+    try:
+        wait_until(lambda: healthy == [1])
+        standin.set("broken")
+        wait_until(lambda: len(processes) == 2)  # restarted in place
+        standin.set("healthy")
+        wait_until(lambda: healthy == [1, 2])
+        processes[1].kill()  # not a reason to restart in place
+        thread.join(30)
+    finally:
+        supervisor.request_stop()
+        thread.join(30)
+    assert supervisor.code == watchdog.EXIT_UNHEALTHY  # type: ignore[attr-defined]
+    assert supervisor.metrics.restarts["probe_failures"] == 1 and supervisor.metrics.restarts["server_exited"] == 1
+    with pytest.raises(ValueError, match="cannot restart on nonsense"):
+        watchdog.Supervisor(launch, standin.url, ["m"], policy, restart_on=["nonsense"])
+
+
 @pytest.mark.parametrize(
     ("history", "failures", "verdict"),
     [("ff", 2, True), ("fpf", 2, True), ("fppf", 2, False), ("pff", 2, True), ("fpfpf", 3, True),

@@ -1,0 +1,196 @@
+"""``python -m deploy up|down --local``: the CPU stack with monitoring on this machine, healthy, or nothing.
+
+``up`` checks the engine floor, picks the base images (pinned where here or pullable, local stand-ins
+otherwise: bases.py), makes a throwaway CA, certificate and secrets when none are given (credentials.py), builds
+the CPU stack's images (layer-cached), starts ``pod``, ``proxy``, ``builder-cpu``, ``triton-cpu`` and
+``prometheus`` from the committed ``deploy/docker-compose.yml`` and waits until each is healthy (the builder:
+exited 0). Its last line on stdout is one JSON object: ``https``, ``grpcs``, ``ca_cert``, ``prometheus``,
+``admin_token_file``. ``down`` removes the project's containers, networks and volumes, and the credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy.errors import LocalStackError
+from deploy.local import docker
+from deploy.local.bases import resolve_bases
+from deploy.local.credentials import Credentials, ensure_credentials
+from deploy.local.engine import check_engine
+from deploy.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+DEPLOY_DIR = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = DEPLOY_DIR / "docker-compose.yml"
+STATE_ROOT = DEPLOY_DIR / ".local"  # git-ignored and docker-ignored
+ENV_FILE = "compose.env"
+DEFAULT_PROJECT = "yolo-triton-local"
+UP_SERVICES = ("pod", "proxy", "builder-cpu", "triton-cpu", "prometheus")
+BUILT_SERVICES = ("builder-cpu", "triton-cpu")
+# What `down` removes: every service the local stack (and a load test run against it) may have started.
+PROFILES = ("cpu", "monitoring", "loadtest")
+SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+WAIT_TIMEOUT_S = 900
+BUILD_TIMEOUT_S = 3600.0
+# Compose interpolates the whole file, GPU services included: their NGC digests must be set even though the local
+# stack never builds or pulls those images. This stand-in only lets the file interpolate (deploy/checks.py
+# uses the same for the static checks); a GPU build with it fails at the registry.
+UNUSED_NGC_DIGEST = "sha256:" + "0" * 64
+
+
+@dataclass(frozen=True)
+class LocalStack:
+    """How ``up``/``down --local`` run: the compose project, the ports, whose TLS files, how images build."""
+
+    project: str = DEFAULT_PROJECT
+    publish: str = "settings"  # "auto": the engine picks free host ports (read back with `docker compose port`)
+    tls_dir: Path | None = None
+    pull: bool = True
+    build_network: str = "host"
+    build_ca_bundle: Path | None = None
+
+    @property
+    def state(self) -> Path:
+        return STATE_ROOT / self.project
+
+    def ca_bundle(self) -> Path:
+        """A CA bundle for pip in the image builds (a TLS-intercepting proxy's CA); the empty default otherwise."""
+        if self.build_ca_bundle is not None:
+            return self.build_ca_bundle
+        from_env = os.environ.get("BUILD_CA_BUNDLE")
+        if from_env:
+            return Path(from_env)
+        return SYSTEM_CA_BUNDLE if SYSTEM_CA_BUNDLE.is_file() else DEPLOY_DIR / "docker" / "build-ca.pem"
+
+
+def compose_args(project: str, *args: str) -> list[str]:
+    """``docker compose`` for ``project`` on the committed file: deploy/.env, then the run's own compose.env."""
+    own = STATE_ROOT / project / ENV_FILE
+    env_files = ["--env-file", str(DEPLOY_DIR / ".env"), *(["--env-file", str(own)] if own.is_file() else [])]
+    return ["compose", "--project-directory", str(DEPLOY_DIR), "-f", str(COMPOSE_FILE), *env_files, "-p", project,
+            *args]
+
+
+def write_env_file(stack: LocalStack, env: dict[str, str]) -> Path:
+    """The run's variables as an env file (owner-only: it holds the admin token), so that plain ``docker compose``
+    commands reach the same stack: ``docker compose ... --env-file deploy/.env --env-file <this> logs``."""
+    path = stack.state / ENV_FILE
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text("".join(f"{key}={value}\n" for key, value in sorted(env.items())), encoding="utf-8")
+    return path
+
+
+def stack_env(settings: Settings, stack: LocalStack, credentials: Credentials | None,
+              bases: dict[str, str]) -> dict[str, str]:
+    """The variables compose reads on top of deploy/.env for this run."""
+    env = {
+        "COMPOSE_PROFILES": ",".join(PROFILES[:2]),
+        "TRITON_BASE_DIGEST": UNUSED_NGC_DIGEST,
+        "TENSORRT_BASE_DIGEST": UNUSED_NGC_DIGEST,
+        "BUILD_NETWORK": stack.build_network,
+        "BUILD_CA_BUNDLE": str(stack.ca_bundle()),
+        **bases,
+    }
+    if credentials is not None:
+        env.update(TLS_DIR=str(credentials.tls_dir), LOADTEST_CA_FILE=str(credentials.ca_cert),
+                   TRITON_ADMIN_TOKEN=credentials.admin_token, GRAFANA_ADMIN_PASSWORD=credentials.grafana_password)
+    else:  # down without credentials: only interpolation needs them
+        env.update(TLS_DIR=str(stack.state), LOADTEST_CA_FILE=str(stack.state), TRITON_ADMIN_TOKEN="unused",
+                   GRAFANA_ADMIN_PASSWORD="unused")
+    if stack.publish == "auto":
+        env.update(PROXY_HTTP_PORT="0", PROXY_GRPC_PORT="0", PROMETHEUS_PORT="0", GRAFANA_PORT="0", LOCUST_WEB_PORT="0")
+    return env
+
+
+def published(stack: LocalStack, env: dict[str, str], service: str, port: int) -> int:
+    """The host port compose published ``service``'s container ``port`` on."""
+    answer = docker.run(compose_args(stack.project, "port", service, str(port)), env=env).stdout.strip()
+    host_port = answer.rpartition(":")[2]
+    if not host_port.isdigit():
+        raise LocalStackError(f"{service} publishes no port {port} (docker compose port said {answer!r})")
+    return int(host_port)
+
+
+def endpoints(settings: Settings, stack: LocalStack, env: dict[str, str], credentials: Credentials) -> dict[str, str]:
+    """What a client needs: the proxy's two URLs (names the certificate carries), the CA, Prometheus, the key."""
+    https = published(stack, env, "pod", settings.proxy_http_port)
+    grpcs = published(stack, env, "pod", settings.proxy_grpc_port)
+    prometheus = published(stack, env, "prometheus", settings.prometheus_port)
+    return {
+        "https": f"https://localhost:{https}",
+        "grpcs": f"grpcs://localhost:{grpcs}",
+        "ca_cert": str(credentials.ca_cert.resolve()),
+        "prometheus": f"http://127.0.0.1:{prometheus}",
+        "admin_token_file": str(credentials.admin_token_file.resolve()),
+    }
+
+
+def _why_not_healthy(stack: LocalStack, env: dict[str, str]) -> str:
+    """Each service that is not running healthy (or, the builder, exited 0), with the end of its log."""
+    answer = docker.run(compose_args(stack.project, "ps", "--all", "--format", "json", *UP_SERVICES), env=env,
+                        check=False).stdout
+    rows = [json.loads(line) for line in answer.splitlines() if line.strip().startswith("{")]
+    reasons = []
+    for row in rows:
+        service, state, health = row.get("Service", "?"), row.get("State", ""), row.get("Health", "")
+        fine = (state == "exited" and row.get("ExitCode") == 0) if service == "builder-cpu" else health == "healthy"
+        if not fine:
+            log = docker.run(compose_args(stack.project, "logs", "--no-log-prefix", "--tail", "5", service), env=env,
+                             check=False)
+            tail = " | ".join((log.stdout + log.stderr).strip().splitlines()[-5:])
+            reasons.append(f"{service}: {state} {health} (exit {row.get('ExitCode')}); log: {tail}")
+    return "; ".join(reasons) or "no container of the project is running"
+
+
+def build(settings: Settings, stack: LocalStack, *, loadtest: bool = False) -> dict[str, str]:
+    """Check the engine, pick or make the bases, build the stack's images (layer-cached); the bases chosen."""
+    check_engine()
+    bases = resolve_bases(settings, pull=stack.pull, build_network=stack.build_network)
+    services = (*BUILT_SERVICES, *(("locust-master",) if loadtest else ()))
+    logger.info("building %s (cached layers are reused)", ", ".join(services))
+    docker.run(compose_args(stack.project, "build", *services), env=stack_env(settings, stack, None, bases),
+               timeout_s=BUILD_TIMEOUT_S, capture=False)
+    return bases
+
+
+def up(settings: Settings, stack: LocalStack) -> dict[str, str]:
+    """Start the local CPU stack and return its endpoints once every service is healthy."""
+    bases = build(settings, stack)
+    credentials = ensure_credentials(stack.state, owner=settings.run_as_uid, tls_dir=stack.tls_dir)
+    env = stack_env(settings, stack, credentials, bases)
+    write_env_file(stack, env)
+    logger.info("starting %s and waiting until each is healthy", ", ".join(UP_SERVICES))
+    started = docker.run(compose_args(stack.project, "up", "--detach", "--no-build", "--wait", "--wait-timeout",
+                                      str(WAIT_TIMEOUT_S), *UP_SERVICES), env=env, capture=False, check=False)
+    if started.returncode != 0:
+        raise LocalStackError(f"the stack did not become healthy: {_why_not_healthy(stack, env)} "
+                              f"(python -m deploy down --local --project {stack.project} removes it)")
+    result = endpoints(settings, stack, env, credentials)
+    (stack.state / "endpoints.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def read_env_file(stack: LocalStack) -> dict[str, str]:
+    """The variables ``up`` used (empty when it never ran or ``down`` removed them)."""
+    from deploy.composefile import parse_env
+
+    path = stack.state / ENV_FILE
+    return parse_env(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def down(stack: LocalStack) -> None:
+    """Remove the project's containers, networks and volumes, and its throwaway credentials."""
+    docker.run(["version", "--format", "{{.Server.Version}}"])  # a daemon must answer, or nothing can be removed
+    env = {**stack_env(Settings(), stack, None, {}), **read_env_file(stack)}
+    env["COMPOSE_PROFILES"] = ",".join(PROFILES)
+    docker.run(compose_args(stack.project, "down", "--volumes", "--remove-orphans"), env=env, capture=False,
+               timeout_s=600.0)
+    if stack.state.exists():
+        shutil.rmtree(stack.state)

@@ -1,0 +1,46 @@
+"""What a Locust user does with a request that failed: name the cause, and back off when nothing was reached.
+
+Kept apart from users.py, which imports Locust (and with it gevent's monkey-patching), so it is tested alone.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from clients import connection_failure
+
+from .errors import InferenceFailed
+
+
+@dataclass
+class Backoff:
+    """How long a user waits after a request that never reached a server (no TLS session, nothing listening, no
+    such host): those do not heal at request speed, so the user backs off, doubling from ``first_s`` to
+    ``max_s`` with jitter, instead of failing thousands of times a second (which also took a worker down). A
+    request the server answered, even with an error, resets it."""
+
+    first_s: float = 0.1
+    max_s: float = 5.0
+    current_s: float = 0.0
+
+    def failed(self) -> float:
+        self.current_s = min(self.max_s, 2 * self.current_s) if self.current_s else self.first_s
+        return random.uniform(self.current_s / 2, self.current_s)
+
+    def reached(self) -> None:
+        self.current_s = 0.0
+
+
+def named_failure(exc: BaseException, address: str) -> tuple[BaseException, bool]:
+    """The failure as Locust reports it, and whether no connection was made: the cause by name (TLS name or CA,
+    protocol, refused, unresolved; one stable text per cause, so Locust counts them in one row), never empty."""
+    text = f"{exc!r} {exc}"
+    failure = connection_failure(text, address)
+    if failure is not None:
+        return InferenceFailed(failure[1]), True
+    if not str(exc).strip():
+        status = getattr(exc, "status", None)
+        code = status() if callable(status) else status
+        return InferenceFailed(f"{type(exc).__name__} without a message (status {code})"), False
+    return exc, False

@@ -1,0 +1,77 @@
+"""A real Prometheus (Debian's, on the local base; the pinned prom/prometheus for users) scrapes Triton, the
+ensemble's quality metrics and the watchdog through the pod's alias, and has the alert rules loaded."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import pytest
+
+from deploy.alerts import rule_groups
+from deploy.settings import Settings
+from generator.serving.contract import DETECTIONS_METRIC, IMAGES_METRIC
+
+from .conftest import LiveStack
+
+pytestmark = [pytest.mark.live]
+
+JOBS = {"triton", "triton-watchdog", "prometheus"}
+SCRAPE_WAIT_S = 90.0  # the scrape interval is 15 s
+
+
+def _api(stack: LiveStack, path: str, **query: str) -> Any:
+    url = f"{stack.endpoints['prometheus']}/api/v1/{path}"
+    if query:
+        url += "?" + urllib.parse.urlencode(query)
+    with urllib.request.urlopen(url, timeout=10) as response:
+        answer = json.load(response)
+    assert answer["status"] == "success", answer
+    return answer["data"]
+
+
+def _eventually(what: str, check: Any) -> Any:
+    deadline, last = time.monotonic() + SCRAPE_WAIT_S, None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(2)
+    raise AssertionError(f"{what} within {SCRAPE_WAIT_S:.0f} s: last answer {last!r}")
+
+
+def test_prometheus_has_its_three_targets_up(stack: LiveStack) -> None:
+    def targets() -> dict[str, str] | None:
+        found = {t["labels"]["job"]: t["health"] for t in _api(stack, "targets")["activeTargets"]}
+        return found if set(found) == JOBS and set(found.values()) == {"up"} else None
+
+    assert _eventually("all three targets up", targets) == dict.fromkeys(JOBS, "up")
+
+
+def test_the_alert_rules_are_loaded(stack: LiveStack) -> None:
+    wanted = {rule["alert"] for group in rule_groups(Settings()) for rule in group["rules"]}
+    loaded = {rule["name"]: rule["health"] for group in _api(stack, "rules")["groups"] for rule in group["rules"]}
+    assert set(loaded) == wanted and len(wanted) == 7
+    assert set(loaded.values()) <= {"ok", "unknown"}  # "unknown" until first evaluated; never "err"
+
+
+def test_quality_and_watchdog_metrics_are_queryable(stack: LiveStack, scenes: list[bytes]) -> None:
+    with stack.client("grpcs") as client:
+        client.detect_many(scenes)
+
+    def series(query: str) -> list[dict[str, Any]]:
+        return list(_api(stack, "query", query=query)["result"])
+
+    # One series per Python model instance: their sum counts every image.
+    images = _eventually("the ensemble's image counter",
+                         lambda: [s for s in series(f'sum({IMAGES_METRIC}{{model="yolo_nms"}})')
+                                  if float(s["value"][1]) >= len(scenes)])
+    assert float(images[0]["value"][1]) >= len(scenes)
+    counts = series(f'sum({DETECTIONS_METRIC}_count{{model="yolo_nms"}})')
+    assert counts and float(counts[0]["value"][1]) >= len(scenes)
+    starts = series('triton_watchdog_server_starts_total{job="triton-watchdog"}')
+    assert starts and float(starts[0]["value"][1]) >= 1
+    assert series('nv_inference_request_success{job="triton",model="yolo"}')
