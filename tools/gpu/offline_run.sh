@@ -97,23 +97,28 @@ prepare() {
   plan "$tree" "$part_mib"
 }
 
-plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside the tree; the data (the served
-  # repositories, the versus model) goes with the last part when it fits there, else in a call of its own before it
-  local tree=$1 budget=$(( 64 * 1048576 - $1 - 1572864 )) parts=() i extra=() folder
-  parts=($(ls -d "$W"/p[0-9][0-9]))
-  for folder in "$W/data" "$W/versus"; do [ -d "$folder" ] && extra+=("$folder"); done
-  local data=0; [ ${#extra[@]} -gt 0 ] && data=$(du -cb "${extra[@]}" | tail -1 | cut -f1)
-  local last; last=$(du -sb "${parts[-1]}" | cut -f1)
-  local calls=() n=${#parts[@]}
-  for i in $(seq 0 $((n - 2))); do calls+=("${parts[$i]}"); done
-  if [ $(( last + data )) -le "$budget" ]; then calls+=("${parts[-1]} ${extra[*]}")
-  else calls+=("${extra[*]}" "${parts[-1]}"); fi
-  echo "Tree ${tree} bytes; parts of $2 MiB: $n parts, data $(( data / 1048576 )) MiB. Device calls, back to back:"
+plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside the tree; each extra folder (the
+  # served repositories, the versus model) goes with the last part when it fits there, else in a call before it
+  local tree=$1 parts=() i extra=() folder alone=() with=()
   local code="" go="" item  # STAGE_IN: the staged copy's code travels with every call, which runs from there
   if [ -n "${STAGE_IN:-}" ]; then
     for item in generator loadtest tools clients; do code+="$STAGE_IN/$item "; done
     tree=$(( tree + $(git archive HEAD generator loadtest tools clients | wc -c) )); go="cd $STAGE_IN \&\& "
   fi
+  local budget=$(( 64 * 1048576 - tree - 1572864 ))
+  parts=($(ls -d "$W"/p[0-9][0-9]))
+  for folder in "$W/data" "$W/versus"; do [ -d "$folder" ] && extra+=("$folder"); done
+  local data=0; [ ${#extra[@]} -gt 0 ] && data=$(du -cb "${extra[@]}" | tail -1 | cut -f1)
+  local last; last=$(du -sb "${parts[-1]}" | cut -f1)
+  for folder in "${extra[@]}"; do
+    local size; size=$(du -sb "$folder" | cut -f1)
+    if [ $(( last + size )) -le "$budget" ]; then with+=("$folder"); last=$(( last + size )); else alone+=("$folder"); fi
+  done
+  local calls=() n=${#parts[@]}
+  for i in $(seq 0 $((n - 2))); do calls+=("${parts[$i]}"); done
+  [ ${#alone[@]} -gt 0 ] && calls+=("${alone[*]}")
+  calls+=("${parts[-1]}${with[*]:+ ${with[*]}}")
+  echo "Tree ${tree} bytes; parts of $2 MiB: $n parts, data $(( data / 1048576 )) MiB. Device calls, back to back:"
   for i in "${!calls[@]}"; do
     local carry=${calls[$i]} mib cmd="keep" limit="" staged=""
     mib=$(( ( $(du -cb $carry | tail -1 | cut -f1) + tree ) / 1048576 ))
