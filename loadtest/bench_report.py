@@ -45,7 +45,7 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
     if "batches" not in raw:
         return [*lines, f"skipped: {raw.get('skipped')}"]
     lines += [f"ONNX `{raw['onnx']['name']}` ({raw['baseline']}), intra-op threads {raw['intra_op_threads']}, "
-              "spinning worker threads (ONNX Runtime default), "
+              "spinning worker threads (ONNX Runtime's default), "
               f"input {raw['input']}; one session (the repository serves {raw['instances']} instance(s)).", "",
               "| batch | p50 ms | p95 ms | mean ms | images/s |", "|---:|---:|---:|---:|---:|"]
     return lines + [f"| {b['batch']} | {b['p50_ms']} | {b['p95_ms']} | {b['mean_ms']} | {b['images_per_s']} |"
@@ -77,7 +77,7 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
         f"{s['protocol']} {s['size'][0]}x{s['size'][1]} JPEG; {s['rounds']} rounds of {s['window_s']} s windows. "
         f"Raw detector: {d['baseline']}. Raw topologies at batch 1: served = {d['instances']} session(s) x "
         f"intra-op threads {d['intra_op_threads']} (spinning off: the served sessions), single = 1 session with "
-        "ONNX Runtime's defaults (every core, spinning on: the latency reference), "
+        "ONNX Runtime's default topology (a thread per usable core, spinning on: the latency reference), "
         f"per-core = {d['per_core_sessions']} x 1 thread. "
         f"Ensemble throughput at concurrency {s['concurrency']}, latency at concurrency 1.",
         "",

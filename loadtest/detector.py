@@ -129,22 +129,24 @@ def _time_batch(runner: Any, inputs: Any, iterations: int) -> dict[str, Any]:
 
 def raw_detector(repository: Path, model: str, images: list[bytes], iterations: int,
                  batches: tuple[int, ...]) -> dict[str, Any]:
-    """Time the detector in this process on letterboxed inputs, one session with ONNX Runtime's defaults.
+    """Time the detector in this process on letterboxed inputs, one session as ONNX Runtime's defaults make it.
 
-    Every core and spinning worker threads: the fastest a lone detector runs here.
+    A thread per core this process may use (never ONNX Runtime's own 0, whose threads pin themselves to every core
+    of the machine, outside ``taskset``) and spinning workers: the fastest a lone detector runs here.
     """
     import numpy as np
 
-    from generator.serving.runner import OnnxRunner
+    from generator.serving.runner import OnnxRunner, usable_cores
 
     detector = served_detector(repository, model, images)
     if isinstance(detector, str):
         return {"skipped": detector}
     logger.info("(a) raw detector in-process: %s (%s)", detector.onnx.path.name, detector.baseline)
-    runner = OnnxRunner(str(detector.onnx.path), intra_op_threads=0, spin_wait=True)
+    threads = usable_cores()
+    runner = OnnxRunner(str(detector.onnx.path), intra_op_threads=threads, spin_wait=True)
     prepared = detector.prepared
     return {
-        "onnx": detector.onnx.record(), "baseline": detector.baseline, "intra_op_threads": 0, "spinning": True,
+        "onnx": detector.onnx.record(), "baseline": detector.baseline, "intra_op_threads": threads, "spinning": True,
         "instances": detector.instances, "input": detector.input_dims, "static_batch": runner.static_batch,
         "batches": [_time_batch(runner, np.stack([prepared[i % len(prepared)] for i in range(batch)]), iterations)
                     for batch in batches if batch <= detector.max_batch],

@@ -30,7 +30,7 @@ import numpy as np
 
 from generator.serving.cuda_provider import DEVICE_PARAMETER, CudaSettings, session_providers
 from generator.serving.provider_check import CHECK_PARAMETER, agreement, load_control, per_image
-from generator.serving.runner import OnnxRunner, batch_buckets
+from generator.serving.runner import OnnxRunner, batch_buckets, usable_cores
 
 from .errors import LoadTestError
 
@@ -85,6 +85,7 @@ def _raw_session(path: Path, cuda: CudaSettings | None) -> Any:
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = usable_cores()  # not 0: those threads would pin themselves outside taskset
     return ort.InferenceSession(str(path), options, providers=session_providers(cuda))
 
 

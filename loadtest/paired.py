@@ -7,8 +7,8 @@ how far to trust it.
 
 Raw throughput is measured for three session topologies at batch 1, each session driven by its own
 thread (ONNX Runtime releases the GIL): the repository's own (``instances`` sessions x its thread setting,
-spinning off as served: what the ensemble can at best deliver), one session with ONNX Runtime's defaults
-(spinning worker threads: the latency reference), and one single-threaded session per core (often the
+spinning off as served: what the ensemble can at best deliver), one session as ONNX Runtime's defaults make it
+(a thread per core this process may use, spinning: the latency reference), and one single-threaded session per core (often the
 CPU's best throughput). The ensemble is compared with both the same topology (what the pipeline costs)
 and the best of all three (what is left on the table).
 
@@ -16,7 +16,7 @@ Each round also times the preprocess work of one frame in this process (decode a
 thread as the preprocess step runs). A lone request cannot be faster than that plus the raw detector, so the
 single-stream ratio is the ensemble's p50 at concurrency 1 over the lone raw session's p50 plus that decode
 time; the throughput ratio at the paired concurrency is over the same session's images/s. The lone raw session
-is the faster of the sessions that run alone: ONNX Runtime's defaults, and one session of every core with spinning
+is the faster of the sessions that run alone: ONNX Runtime's default topology, and one session of every core with spinning
 off (the served one when the repository serves that, else an extra topology, ``alone``). Spinning workers lose most of their time slices on a machine
 that other jobs keep busy (measured here at a load of 10: 160-210 ms against 45 ms with spinning off).
 """
@@ -128,7 +128,7 @@ def _topologies(detector: ServedDetector, tensor: Any) -> dict[str, list[Any]]:
     cores = len(os.sched_getaffinity(0))
     made = {
         "served": sessions(detector.instances, detector.intra_op_threads),  # spinning off, as served
-        "single": sessions(1, 0, spin=True),  # ONNX Runtime's defaults: every core, spinning
+        "single": sessions(1, cores, spin=True),  # ONNX Runtime's defaults: every core (of the mask), spinning
         "per_core": sessions(cores, 1),
     }
     if (detector.instances, detector.intra_op_threads) != (1, cores):

@@ -1,14 +1,21 @@
 """What a user's script does with the same ONNX in one process: the reference the served ensemble is held to.
 
 ``InProcessPipeline``: decode the JPEG at full resolution (OpenCV, its default threads), letterbox it the way
-Ultralytics does, normalise to float NCHW RGB /255, run the exported ONNX in one ONNX Runtime session with its
-defaults (every core of this process's affinity, spinning workers: what ``ort.InferenceSession(path)`` and
-Ultralytics' ONNX backend give), decode the head and run class-aware NMS in numpy (the project's own vectorised
-code, with the repository's thresholds). Concurrent streams share the one session, as threads of a script do.
+Ultralytics does, normalise to float NCHW RGB /255, run the exported ONNX in one ONNX Runtime session, decode the
+head and run class-aware NMS in numpy (the project's own vectorised code, with the repository's thresholds).
+Concurrent streams share the one session, as threads of a script do.
+
+The session is what ``ort.InferenceSession(path)`` gives a script on a machine of exactly the cores this process
+may use: one intra-op thread per core of its affinity mask (``len(os.sched_getaffinity(0))``), spinning workers
+(ONNX Runtime's default). It does not leave the thread count at 0: ONNX Runtime's own default counts the whole
+machine's physical cores and pins one thread to each, which overrides ``taskset`` (``versus --cores`` pins each
+core count that way), so on a 16-core host a reference "pinned to 4 cores" ran on all 16. With an explicit count
+no affinity is set and the threads stay inside the mask (``generator.serving.runner.OnnxRunner``).
 
 ``UltralyticsPipeline``: ``YOLO(onnx).predict`` on the decoded frame, one model per stream (Ultralytics' models
-are not thread-safe). Only when Ultralytics and a CPU torch are installed (``pip install -e '.[reference]'``);
-``ultralytics_missing`` says why it is not.
+are not thread-safe). Only when Ultralytics and a CPU torch are installed (``pip install -e '.[reference]'``)
+and this process may use every CPU of the machine: Ultralytics makes its session with ONNX Runtime's default
+threads, which leave a ``taskset`` pinning (above); ``ultralytics_missing`` says why it is not measured.
 """
 
 from __future__ import annotations
@@ -44,16 +51,18 @@ def _decode(data: bytes) -> np.ndarray:
 
 
 class InProcessPipeline:
-    """Decode, letterbox, ONNX Runtime (defaults), NMS: one call per frame, safe to call from several threads."""
+    """Decode, letterbox, ONNX Runtime (a thread per usable core, spinning), NMS: one call per frame, safe to call
+    from several threads."""
 
     def __init__(self, onnx_path: Path, thresholds: Thresholds) -> None:
         from generator.model.onnx_inspect import inspect_onnx
-        from generator.serving.runner import OnnxRunner
+        from generator.serving.runner import OnnxRunner, usable_cores
 
         self.info = inspect_onnx(onnx_path)
         self.thresholds = thresholds
-        # ONNX Runtime's defaults: intra-op threads = the cores this process may use, workers spinning.
-        self.runner = OnnxRunner(str(onnx_path), intra_op_threads=0, spin_wait=True)
+        # One thread per core of this process's mask (0: OnnxRunner counts them), workers spinning.
+        self.threads = usable_cores()
+        self.runner = OnnxRunner(str(onnx_path), intra_op_threads=self.threads, spin_wait=True)
         self.dtype = np.dtype(self.info.input.numpy_dtype)
 
     def __call__(self, data: bytes) -> Any:
@@ -77,7 +86,19 @@ def ultralytics_missing() -> str | None:
             metadata.version(package)
         except metadata.PackageNotFoundError:
             return f"{package} is not installed (pip install -e '.[reference]' adds Ultralytics with a CPU torch)"
-    return None
+    return pinning_escaped_by_default_threads()
+
+
+def pinning_escaped_by_default_threads() -> str | None:
+    """Why a session with ONNX Runtime's default threads would not stay on this process's cores, or None."""
+    from generator.serving.runner import usable_cores
+
+    usable, machine = usable_cores(), os.cpu_count() or 1
+    if usable >= machine:
+        return None
+    return (f"pinned to {usable} of the machine's {machine} CPUs, and Ultralytics' ONNX Runtime session takes the "
+            "default thread count, whose threads pin themselves to every core of the machine: its numbers would "
+            "not be this core count's")
 
 
 class UltralyticsPipeline:

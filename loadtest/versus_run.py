@@ -81,8 +81,9 @@ def sides_for(args: argparse.Namespace, grpc: str, repository: Path,
              Side(REFERENCE, reference.factory, process_cpu_s)]
     about: dict[str, Any] = {
         "reference": {"onnx": onnx.name, "layout": reference.info.layout, "image_size": list(reference.info.image_size),
-                      "session": "ONNX Runtime defaults (intra-op threads = usable cores, spinning), shared by "
-                                 "the streams", "decode": "cv2.imdecode, full resolution",
+                      "session": "ONNX Runtime, one intra-op thread per core of the pinning and none outside it, "
+                                 "spinning, shared by the streams",
+                      "intra_op_threads": reference.threads, "decode": "cv2.imdecode, full resolution",
                       "thresholds": asdict(thresholds)},
     }
     missing = "left out (--no-ultralytics)" if args.no_ultralytics else ultralytics_missing()

@@ -5,7 +5,7 @@ topology (instances x ONNX Runtime intra-op threads), this builds the repository
 build measures its service time on those cores), then runs ``python -m loadtest bench`` paired rounds under the
 same pinning: the server, its clients and the raw detector share the N cores. One row per (N, topology):
 
-- c=1 p50 of the ensemble against the raw detector's p50 (one session, ONNX Runtime's defaults) plus the decode
+- c=1 p50 of the ensemble against the raw detector's p50 (one session, a thread per pinned core, spinning) plus the decode
   of the frame, in the same round; 1.15 or less is "near the detector's own";
 - throughput at concurrency 4 against that raw session's images/s; 1 or more is "at least the raw detector's".
 

@@ -181,10 +181,14 @@ def _resolve_output_dims(path: Path, model_input: TensorInfo, output: TensorInfo
     import numpy as np
     import onnxruntime as ort
 
+    from generator.serving.runner import usable_cores
+
     batch = model_input.shape[0] if isinstance(model_input.shape[0], int) else 1
     blank = np.zeros((batch, 3, *size), dtype=helper.tensor_dtype_to_np_dtype(model_input.elem_type))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = usable_cores()  # not 0: ONNX Runtime would pin threads outside taskset
     try:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         (result,) = session.run([output.name], {model_input.name: blank})
     except Exception as exc:  # any runtime failure means the shape cannot be learnt
         raise ModelInspectionError(

@@ -24,6 +24,11 @@ import numpy as np
 from .cuda_provider import CUDA_PROVIDER, CudaSettings, device_pointer, session_providers
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on: its affinity mask (``taskset``, a container's cpuset), else the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def session_threads(requested: int, instances: int) -> int:
     """Intra-op threads of one session: as requested (> 0), every core of this process (< 0), or this process's
     cores shared by the instances (0).
@@ -34,7 +39,7 @@ def session_threads(requested: int, instances: int) -> int:
     """
     if requested > 0:
         return requested
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     return cores if requested < 0 else max(1, cores // max(1, instances))
 
 
@@ -85,12 +90,20 @@ class CudaProviderError(RuntimeError):
 
 
 class OnnxRunner:
+    """One ONNX Runtime session (one per batch bucket on the GPU). ``intra_op_threads``: that many, or one per core
+    of this process's affinity (0 or less), never more than it may use; ``spin_wait``: ONNX Runtime's spinning
+    workers (its default; off for the served steps)."""
+
     def __init__(self, path: str | bytes, intra_op_threads: int = 0, inter_op_threads: int = 1,
                  spin_wait: bool = False, cuda: CudaSettings | None = None, buckets: Sequence[int] = ()) -> None:
         import onnxruntime as ort  # heavy; only the detector step needs it
 
         options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
+        # Never ONNX Runtime's own default (0): it sizes the pool by the machine's physical cores and pins each
+        # thread to one of them (auto_set_affinity in onnxruntime/core/session/inference_session.cc, the cores from
+        # PosixEnv::GetDefaultThreadAffinities in core/platform/posix/env.cc), which overrides taskset and cpusets.
+        # An explicit count sets no affinity: the threads inherit this process's mask. 0 here: one per usable core.
+        options.intra_op_num_threads = intra_op_threads if intra_op_threads > 0 else usable_cores()
         options.inter_op_num_threads = inter_op_threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # Spinning worker threads burn the cores the preprocess and NMS steps need between batches;

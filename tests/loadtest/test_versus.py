@@ -14,7 +14,12 @@ import pytest
 
 from generator.demo import DEMO_ONNX
 from loadtest.images import synthetic_images
-from loadtest.reference import InProcessPipeline, Thresholds, ultralytics_missing
+from loadtest.reference import (
+    InProcessPipeline,
+    Thresholds,
+    pinning_escaped_by_default_threads,
+    ultralytics_missing,
+)
 from loadtest.versus import REFERENCE, SERVED, Side, VersusSettings, goals, process_cpu_s, run_rounds
 from loadtest.versus_report import report_lines, write_plot
 
@@ -89,6 +94,26 @@ def test_the_in_process_reference_detects_like_the_project_does() -> None:
     assert all(out.num_detections[0, 0] > 0 for out in found)
     boxes = np.concatenate([out.boxes[0, : out.num_detections[0, 0]] for out in found])
     assert (boxes[:, 2] <= 1280).all() and (boxes[:, 3] <= 720).all() and (boxes[:, :2] >= 0).all()
+
+
+def test_the_reference_session_has_a_spinning_thread_per_usable_core() -> None:
+    import os
+
+    pipeline = InProcessPipeline(DEMO_ONNX, Thresholds(0.25, 0.45, 100))
+    options = pipeline.runner._session.get_session_options()
+    assert pipeline.threads == len(os.sched_getaffinity(0)) == options.intra_op_num_threads
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+
+
+def test_ultralytics_is_left_out_when_pinned_below_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    usable = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "cpu_count", lambda: usable)
+    assert pinning_escaped_by_default_threads() is None
+    monkeypatch.setattr(os, "cpu_count", lambda: usable + 14)
+    why = str(pinning_escaped_by_default_threads())
+    assert f"pinned to {usable} of the machine's {usable + 14} CPUs" in why and "default thread count" in why
 
 
 def test_ultralytics_absent_says_why(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,17 @@
 #   device call K:                      bash tools/gpu/offline_run.sh install   carry the last part
 #   device call K+1:                    bash tools/gpu/offline_run.sh main      carry nothing
 #   device call K+2:                    bash tools/gpu/offline_run.sh more      carry nothing
-#   device call K+3 (VERSUS_ONNX given): bash tools/gpu/offline_run.sh versus  carry .device/run/versus
+#   device call K+3 (VERSUS_ONNX given): bash tools/gpu/offline_run.sh versus  carry nothing (install carried it)
+#   device call K+4 (REPOS has y11_d4, y11_p4): bash tools/gpu/offline_run.sh bound   carry nothing
+#
+# STUBS=cpu VERSUS_ONNX=PATH ... prepare: only what `versus` needs (issue 27, CPU only): the cpu stub environment
+# and the runtime for build, client and loadtest, no GPU repositories; the calls are then the parts, install and
+# versus (CORES=1,2,4,... picks the core counts, SPIN=1 builds with --detector-spinning).
+#
+# The device gets the checkout the session started in, not a helper's worktree. A helper stages its code there:
+# STAGE_IN=.device/NAME bash tools/gpu/offline_run.sh plan prints the calls for a copy of its tools, generator,
+# loadtest and clients (git archive) and its .device/run under that ignored folder of the session's checkout: each
+# call carries the code beside its part and runs from there (PART_MIB sizes the parts so that both fit).
 #
 # `prepare` writes the offline archive (python -m generator archive) in parts sized to what one call carries beside
 # the working tree, one folder per call, and builds the repositories the run serves (python -m generator build).
@@ -31,21 +41,29 @@ t0=$(date +%s)
 since() { echo $(( $(date +%s) - t0 )); }
 
 # --- here ----------------------------------------------------------------------------------------------------
-build_repos() {  # the repositories the run serves, built with the project's command into $W/data
-  local dev=(--device gpu --preprocess-device gpu --instances 2 2 2)
-  [ "$DRY" = 1 ] && dev=(--device cpu --preprocess-device cpu --instances 1 1 1)
+build_repos() {  # the repositories the run serves (REPOS, default: demo and y11 in FP32, FP16, INT8), built with
+  # the project's command into $W/data; y11_d4 and y11_p4 are y11 with four detector or four preprocess instances
+  local inst=(2 2 2) d4=(2 4 2) p4=(4 2 2) dev=(--device gpu --preprocess-device gpu)
+  [ "$DRY" = 1 ] && { inst=(1 1 1); d4=(1 2 1); p4=(2 1 1); dev=(--device cpu --preprocess-device cpu); }
   # Capacity is measured: queues deep enough that nothing is shed (overload is proven elsewhere).
-  local common=(--max-batch 32 --max-queue-ms 10000 --service-ms 10 --force)
+  local common=("${dev[@]}" --max-batch 32 --max-queue-ms 10000 --service-ms 10 --force)
   "$PY" -c "import onnx; from tests.fixtures.ultralytics import load; onnx.save(load('yolo11-dynamic'), '$W/y11.onnx')" &&
     "$PY" -c "from pathlib import Path; from tests.integration.family_matrix import write_calibration_images as w; w(Path('$W/calib'))" ||
     return 1
-  local y11=(--onnx "$W/y11.onnx" --imgsz 640 640)
-  "$PY" -m generator build --name demo --output "$W/data/demo" "${dev[@]}" "${common[@]}" &&
-    "$PY" -m generator build "${y11[@]}" --name y11 --output "$W/data/y11" "${dev[@]}" "${common[@]}" &&
-    "$PY" -m generator build "${y11[@]}" --name y11_fp16 --precision fp16 --no-validate \
-      --output "$W/data/y11_fp16" "${dev[@]}" "${common[@]}" &&
-    "$PY" -m generator build "${y11[@]}" --name y11_int8 --precision int8 --calib-images "$W/calib" --no-validate \
-      --output "$W/data/y11_int8" "${dev[@]}" "${common[@]}"
+  local y11=(--onnx "$W/y11.onnx" --imgsz 640 640) name
+  for name in ${REPOS:-demo y11 y11_fp16 y11_int8}; do
+    local args=()
+    case "$name" in
+      demo) args=(--instances "${inst[@]}") ;;
+      y11) args=("${y11[@]}" --instances "${inst[@]}") ;;
+      y11_fp16) args=("${y11[@]}" --instances "${inst[@]}" --precision fp16 --no-validate) ;;
+      y11_int8) args=("${y11[@]}" --instances "${inst[@]}" --precision int8 --calib-images "$W/calib" --no-validate) ;;
+      y11_d4) args=("${y11[@]}" --instances "${d4[@]}" --no-validate) ;;
+      y11_p4) args=("${y11[@]}" --instances "${p4[@]}" --no-validate) ;;
+      *) echo "error: no repository named $name"; return 1 ;;
+    esac
+    "$PY" -m generator build --name "$name" --output "$W/data/$name" "${args[@]}" "${common[@]}" || return 1
+  done
 }
 
 tree_bytes() {  # what every call carries besides its parts: tracked and untracked-not-ignored files
@@ -53,47 +71,72 @@ tree_bytes() {  # what every call carries besides its parts: tracked and untrack
 }
 
 prepare() {
+  local stubs=${STUBS:-cpu,gpu} runtime=build,client,loadtest,rollout
+  [ "$stubs" = cpu ] && [ -z "${VERSUS_ONNX:-}" ] && { echo "error: STUBS=cpu prepares versus: give VERSUS_ONNX=PATH"; return 1; }
   local exclude; exclude="$(git rev-parse --git-common-dir)/info/exclude"
   grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
-  rm -rf "$W" && mkdir -p "$W/archive" "$W/data" || return 1
+  rm -rf "$W" && mkdir -p "$W/archive" || return 1
   local tree; tree=$(tree_bytes)
   # 64 MiB a call, less the tree and 1.5 MiB of margin (the last call carries the data too).
-  local part_mib=$(( (64 * 1048576 - tree - 1572864) / 1048576 ))
-  local target=(--stub-env cpu,gpu --python 3.12 --machine x86_64 --present tools/gpu/h200-present.txt)
+  local part_mib=${PART_MIB:-$(( (64 * 1048576 - tree - 1572864) / 1048576 ))}
+  [ "$stubs" = cpu ] && runtime=build,client,loadtest  # versus builds, serves and loads; no rollout
+  local target=(--stub-env "$stubs" --python 3.12 --machine x86_64 --present tools/gpu/h200-present.txt)
   [ "$DRY" = 1 ] && target=(--stub-env cpu)
-  "$PY" -m generator archive "${target[@]}" --schema --runtime build,client,loadtest,rollout --split "${part_mib}M" \
+  "$PY" -m generator archive "${target[@]}" --schema --runtime "$runtime" --split "${part_mib}M" \
     --output "$W/archive" || return 1
   local n=0 f
   for f in "$W"/archive/*.tar.[0-9][0-9][0-9]-of-*; do
     n=$((n + 1)); mkdir -p "$(printf '%s/p%02d' "$W" "$n")" && mv "$f" "$(printf '%s/p%02d/' "$W" "$n")"
   done
-  build_repos || { echo "error: building the repositories failed"; return 1; }
+  if [ "$stubs" != cpu ]; then
+    mkdir -p "$W/data" && build_repos || { echo "error: building the repositories failed"; return 1; }
+  fi
   rm -rf "$W/archive" "$W/calib" "$W/y11.onnx"
   # issue 27's served-vs-in-process benchmark on the host's cores: the exported model it builds and serves
   if [ -n "${VERSUS_ONNX:-}" ]; then mkdir -p "$W/versus" && cp "$VERSUS_ONNX" "$W/versus/model.onnx" || return 1; fi
   plan "$tree" "$part_mib"
 }
 
-plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside the tree; the data goes with the
-  # last part when it fits there, else in a call of its own before it
-  local tree=$1 budget=$(( 64 * 1048576 - $1 - 1572864 )) parts=() i
+plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside the tree; each extra folder (the
+  # served repositories, the versus model) goes with the last part when it fits there, else in a call before it
+  local tree=$1 parts=() i extra=() folder alone=() with=()
+  local code="" go="" item  # STAGE_IN: the staged copy's code travels with every call, which runs from there
+  if [ -n "${STAGE_IN:-}" ]; then
+    for item in generator loadtest tools clients; do code+="$STAGE_IN/$item "; done
+    tree=$(( tree + $(git archive HEAD generator loadtest tools clients | wc -c) )); go="cd $STAGE_IN \&\& "
+  fi
+  local budget=$(( 64 * 1048576 - tree - 1572864 ))
   parts=($(ls -d "$W"/p[0-9][0-9]))
-  local data; data=$(du -sb "$W/data" | cut -f1)
+  for folder in "$W/data" "$W/versus"; do [ -d "$folder" ] && extra+=("$folder"); done
+  local data=0; [ ${#extra[@]} -gt 0 ] && data=$(du -cb "${extra[@]}" | tail -1 | cut -f1)
   local last; last=$(du -sb "${parts[-1]}" | cut -f1)
+  for folder in "${extra[@]}"; do
+    local size; size=$(du -sb "$folder" | cut -f1)
+    if [ $(( last + size )) -le "$budget" ]; then with+=("$folder"); last=$(( last + size )); else alone+=("$folder"); fi
+  done
   local calls=() n=${#parts[@]}
   for i in $(seq 0 $((n - 2))); do calls+=("${parts[$i]}"); done
-  if [ $(( last + data )) -le "$budget" ]; then calls+=("${parts[-1]} $W/data"); else calls+=("$W/data" "${parts[-1]}"); fi
+  [ ${#alone[@]} -gt 0 ] && calls+=("${alone[*]}")
+  calls+=("${parts[-1]}${with[*]:+ ${with[*]}}")
   echo "Tree ${tree} bytes; parts of $2 MiB: $n parts, data $(( data / 1048576 )) MiB. Device calls, back to back:"
   for i in "${!calls[@]}"; do
-    local carry=${calls[$i]} mib cmd="keep"
+    local carry=${calls[$i]} mib cmd="keep" limit="" staged=""
     mib=$(( ( $(du -cb $carry | tail -1 | cut -f1) + tree ) / 1048576 ))
-    [ "$i" = $(( ${#calls[@]} - 1 )) ] && cmd="install (timeout_s 600)"
-    echo "  call $((i + 1)): carry [$(echo $carry | sed 's/ /, /')] ($mib MiB with the tree): bash tools/gpu/offline_run.sh $cmd"
+    [ "$i" = $(( ${#calls[@]} - 1 )) ] && { cmd="install"; limit="; timeout_s 600"; }
+    for item in $carry; do staged+="${STAGE_IN:+$STAGE_IN/}$item "; done
+    echo "  call $((i + 1)): carry [$(echo $code$staged | sed 's/ /, /g')] ($mib MiB with the tree$limit): ${go//\\/}bash tools/gpu/offline_run.sh $cmd"
     [ "$mib" -lt 64 ] || echo "  error: call $((i + 1)) would carry $mib MiB (64 at most)"
   done
-  echo "  call $(( ${#calls[@]} + 1 )): carry [] (timeout_s 600): bash tools/gpu/offline_run.sh main"
-  echo "  call $(( ${#calls[@]} + 2 )): carry [] (timeout_s 600): bash tools/gpu/offline_run.sh more"
-  [ -d "$W/versus" ] && echo "  call $(( ${#calls[@]} + 3 )): carry [$W/versus] (timeout_s 600): bash tools/gpu/offline_run.sh versus"
+  local next=$(( ${#calls[@]} + 1 )) verb
+  local verbs=()
+  [ -d "$W/data/demo" ] && verbs+=("main" "more")
+  [ -d "$W/versus" ] && verbs+=("versus" "CORES=1,2 bash tools/gpu/offline_run.sh versus" \
+                                "SPIN=1 bash tools/gpu/offline_run.sh versus")
+  [ -d "$W/data/y11_d4" ] && verbs+=("bound")
+  for verb in "${verbs[@]}"; do
+    case "$verb" in *" "*) ;; *) verb="bash tools/gpu/offline_run.sh $verb" ;; esac
+    echo "  call $next: carry [$(echo $code | sed 's/ /, /g')] (timeout_s 600): ${go//\\/}$verb"; next=$((next + 1))
+  done
   return 0
 }
 
@@ -246,18 +289,44 @@ more() {  # FP16/INT8 agreement and the INT8 load check, then the CPU detector's
   bundle more
 }
 
-versus() {  # issue 27: the served ensemble against the same ONNX in-process, pinned to 1..all cores
+versus() {  # issue 27: the served ensemble against the same ONNX in-process, each core count pinned with taskset
+  # CORES: the core counts (default 4,8,all); SPIN=1: the served detector built with --detector-spinning
   mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
   runtime || return 3
   keep > /dev/null
   [ -f "$T/versus/model.onnx" ] || { echo "no model carried: prepare with VERSUS_ONNX=PATH"; return 3; }
-  local cores="4,8,$(nproc)" rounds=3  # 1 and 2 cores are measured on the development machine
-  [ "$DRY" = 1 ] && { cores=1,2; rounds=1; }
-  step versus 570 "$RT" -m loadtest versus --onnx "$T/versus/model.onnx" --cores "$cores" --rounds $rounds \
-    --no-ultralytics --label "versus-$(nproc)c" --results-dir "$OUT/versus"
-  grep "^|" "$T/logs/versus.log" | tail -n 12
-  bundle versus
+  local cores=${CORES:-4,8,$(nproc)} rounds=3 extra=() label=versus
+  [ "$DRY" = 1 ] && { cores=${CORES:-1,2}; rounds=1; extra=(--window 2); }
+  [ "${SPIN:-0}" = 1 ] && { extra+=(--build-arg=--detector-spinning); label=versus-spinning; }
+  label="$label-c${cores//,/-}"
+  step "$label" 570 "$RT" -m loadtest versus --onnx "$T/versus/model.onnx" --cores "$cores" --rounds $rounds \
+    --no-ultralytics "${extra[@]}" --label "$label" --results-dir "$OUT/versus"
+  grep "^|" "$T/logs/$label.log" | tail -n 12
+  bundle "$label"
+}
+
+bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 instances) against itself with four
+  # detector (y11_d4) or four preprocess (y11_p4) instances, at 64 and 128 in flight, y11 again last (the drift),
+  # the engine alone beside them, the GPU series scraped (REPOS="y11 y11_d4 y11_p4" at prepare)
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
+  [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
+  runtime || return 3
+  serve_start serve-bound y11 y11_d4 y11_p4 || { bundle bound; return 4; }
+  scrape_gpu
+  local levels=64,128 dur=6 batches=8,32 model label
+  [ "$DRY" = 1 ] && { levels=1,4; dur=2; batches=1,4; }
+  for label in y11 y11_d4 y11_p4 y11-again; do
+    model=${label%-again}
+    step "bench-$label" 120 "$RT" -m loadtest bench --url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 \
+      --concurrency $levels --duration $dur --paired-rounds 0 --crosscheck-concurrency 0 \
+      --results-dir "$OUT/bench" --model "$model" --label "$label"
+  done
+  step engine-y11 150 "$RT" -m loadtest engine --repository "$T/data/y11" --model y11 --batches $batches \
+    --seconds 2 --out "$OUT/engine-y11.json"
+  rm -f "$T/scraping"
+  serve_stop
+  bundle bound
 }
 
 bundle() {  # bundle NAME: $OUT keeps the summary and one tar of everything else (8 files at most come back)
@@ -276,6 +345,7 @@ case "${1:-}" in
   main) main ;;
   more) more ;;
   versus) versus ;;
+  bound) bound ;;
   plan) plan "$(tree_bytes)" "?" ;;
-  *) echo "usage: $0 prepare | plan | keep | install | main | more | versus"; exit 2 ;;
+  *) echo "usage: $0 prepare | plan | keep | install | main | more | versus | bound"; exit 2 ;;
 esac

@@ -5,7 +5,8 @@
 Reads the results the project's commands wrote into OUT (``loadtest bench`` JSON under ``bench/``, ``loadtest
 engine`` JSON, the Locust summary, the scraped GPU series) and prints: the served ensembles at each concurrency
 (images/s, p50/p95, joules per image, the detector step's batch and busy time), the engine alone per batch size
-and way, served against engine, the provider agreements, and how the GPU series moved. Standard library only.
+and way, served against engine, the provider agreements, how the GPU series moved, and the
+``loadtest versus`` tables it finds under ``versus/``. Standard library only.
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ def main(argv: list[str]) -> int:
         print(f"\nLocust cross-check, y11: {c['throughput_rps']:.1f} req/s, p50 {c['p50_ms']} ms, p95 {c['p95_ms']} ms, "
               f"{c['failures']} failed; busiest generator process {h['generator_cpu_percent_avg_busiest_process']}% "
               f"of a core, run {'valid' if h['valid'] else 'NOT valid: ' + '; '.join(h['reasons'])}")
+    for report in sorted((out / "versus").glob("*.md")):  # the sweep's own table (per core count: in the tar)
+        print("\n" + report.read_text().strip())
     tradeoff = _load(out / "tradeoff.json")
     if tradeoff:
         print("\n## tools/tradeoff.py: the CPU detector's topology\n")

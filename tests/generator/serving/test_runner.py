@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -213,3 +215,87 @@ def test_served_item_fills_the_open_spatial_size() -> None:
     assert served_item([640, 640, 3], (640, 640)) == [640, 640, 3]
     assert served_item([3, -1, -1], (320, 320)) == [3, 320, 320]  # --normalise-in preprocess: float NCHW
     assert served_item([1, 64, 64, 3], (64, 64)) == [64, 64, 3]  # full dims of a non-batching config
+
+
+# A child pinned to the first CPU this process may use: it makes a session, runs it, and reports the new threads'
+# CPU masks (Linux: /proc/self/task). ``default`` is a session with ONNX Runtime's own thread default, for contrast.
+_PINNED_CHILD = """
+import json, os, sys, time
+from pathlib import Path
+import numpy as np
+cpu = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {cpu})
+
+def masks():
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        line = [l for l in (task / "status").read_text().splitlines() if l.startswith("Cpus_allowed_list")][0]
+        out[task.name] = line.split(":", 1)[1].strip()
+    return out
+
+from generator.serving.runner import OnnxRunner
+from tests.fixtures.onnx_factory import make_detector, save
+path = save(make_detector("v8", batch="batch", seed=5), Path(sys.argv[1]))
+images = np.zeros((2, 3, 64, 64), np.float32)
+report, keep = {"cpu": str(cpu)}, []
+for name, threads in (("zero", 0), ("two", 2), ("default", None)):
+    before = masks()
+    if threads is None:
+        import onnxruntime as ort
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        session.run(None, {"images": images})
+        count = session.get_session_options().intra_op_num_threads
+    else:
+        runner = OnnxRunner(str(path), intra_op_threads=threads, spin_wait=True)
+        runner.run(images)
+        session, count = runner._session, runner._session.get_session_options().intra_op_num_threads
+    keep.append(session)  # alive: its threads too
+    time.sleep(0.5)  # a new worker sets its own affinity when it first runs: let it have the CPU
+    report[name] = {"threads": count, "new": sorted(m for t, m in masks().items() if t not in before)}
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def pinned_child(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    import os
+    import subprocess
+    import sys
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux and two CPUs, to pin a child to fewer CPUs than it could use")
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", _PINNED_CHILD, str(tmp_path_factory.mktemp("pinned") / "m.onnx")],
+                          capture_output=True, text=True, cwd=root, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_the_default_thread_count_is_the_cpus_this_process_may_use(pinned_child: dict[str, Any]) -> None:
+    # Pinned to one CPU: one intra-op thread (ONNX Runtime then makes no pool), so nothing runs elsewhere.
+    assert pinned_child["zero"]["threads"] == 1
+    assert all(mask == pinned_child["cpu"] for mask in pinned_child["zero"]["new"])
+
+
+def test_an_explicit_thread_count_stays_inside_the_pinning(pinned_child: dict[str, Any]) -> None:
+    two = pinned_child["two"]
+    assert two["threads"] == 2 and two["new"], "two intra-op threads make a pool with a worker thread"
+    assert set(two["new"]) == {pinned_child["cpu"]}
+
+
+def test_onnx_runtimes_own_default_would_leave_the_pinning_here(pinned_child: dict[str, Any]) -> None:
+    # Why the runner never passes 0: ONNX Runtime sizes that pool by the machine's physical cores and pins each
+    # worker to one of them. Where it counts one physical core it makes no pool, and there is nothing to see.
+    default = pinned_child["default"]
+    if not default["new"]:
+        pytest.skip("ONNX Runtime counts one physical core on this machine: its default makes no thread pool")
+    assert default["threads"] == 0 and set(default["new"]) - {pinned_child["cpu"]}
+
+
+def test_a_runner_in_this_process_takes_a_thread_per_usable_core(tmp_path: Path) -> None:
+    import os
+
+    runner = OnnxRunner(str(save(make_detector("v8", batch="batch", seed=5), tmp_path / "m.onnx")))
+    options = runner._session.get_session_options()
+    assert options.intra_op_num_threads == len(os.sched_getaffinity(0))
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"

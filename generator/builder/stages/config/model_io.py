@@ -63,8 +63,11 @@ def onnxruntime_io(model: bytes) -> ModelIO:
     """What an ONNX Runtime session reports for ``model`` (serialized ONNX): the backend's view."""
     import onnxruntime as ort
 
+    from generator.serving.runner import usable_cores
+
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = usable_cores()  # not 0: ONNX Runtime would pin threads outside taskset
     try:
         session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own unrelated types for files it cannot load
