@@ -177,3 +177,30 @@ def test_a_candidate_triton_refuses_to_load_is_rolled_back_before_any_traffic(ve
     index = read_index(repository)
     assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
     assert json.loads((repository / "routing.json").read_text())["canary"] is None
+
+
+def test_a_rollout_killed_in_its_window_is_ended_safe_by_the_next_one(versioned, demo_onnx) -> None:
+    """The rollout's process SIGKILLed while the canary is routed to and loaded: the next rollout finds its phase
+    in rollout.json, routes everything to the alias, unloads the candidate and records the interruption."""
+    repository, serve = versioned
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    command = [sys.executable, "-m", "generator", "rollout", "--model-repository", str(repository),
+               "--url", serve.http_url, "--metrics-url", f"127.0.0.1:{serve.metrics_port}", "--window-s", "120"]
+    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "TRITON_ADMIN_TOKEN": KEY},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while json.loads((repository / ROUTE_NAME).read_text()).get("canary") is None:
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    process.kill()
+    process.wait()
+    assert json.loads((repository / "rollout.json").read_text())["phase"] == "observing"
+    assert "yolo_v2" in control(serve).loaded()
+    record = rollout(settings(repository, serve))
+    assert (record["action"], record["failed"], record["phase"], record["candidate"]) == (
+        "rollback", ["interrupted"], "observing", 2)
+    assert json.loads((repository / ROUTE_NAME).read_text())["canary"] is None
+    assert not (repository / "rollout.json").exists()
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
+    assert "yolo_v2" not in control(serve).loaded() and "yolo" in control(serve).loaded()
