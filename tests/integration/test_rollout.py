@@ -4,6 +4,7 @@ built to return nothing rolled back by the rollout itself. The time each took is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -204,3 +205,39 @@ def test_a_rollout_killed_in_its_window_is_ended_safe_by_the_next_one(versioned,
     index = read_index(repository)
     assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
     assert "yolo_v2" not in control(serve).loaded() and "yolo" in control(serve).loaded()
+
+
+def test_the_watch_after_a_promotion_moves_the_alias_back_when_the_answers_degrade(versioned, demo_onnx,
+                                                                                  scenes) -> None:
+    """A candidate that passes its canary window is promoted; while it is watched the traffic turns into images
+    it finds nothing in (what a model that stopped seeing looks like from outside): the watch compares with the
+    window the old version had, sees the empty share jump and moves the alias back by itself, without a failed
+    request."""
+    repository, serve = versioned
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    blank = encode(np.full((480, 640, 3), 114, np.uint8), ".jpg")
+    watched = dataclasses.replace(settings(repository, serve), watch_s=WINDOW_S)
+    with SteadyLoad(serve.grpc_url, repository / ROUTE_NAME, scenes) as load:
+        time.sleep(1.0)
+        done: dict[str, object] = {}
+        thread = threading.Thread(target=lambda: done.update(rollout(watched)))
+        thread.start()
+        while thread.is_alive() and _phase(repository) != "watching":
+            time.sleep(0.1)
+        load.images[:] = [blank]
+        thread.join(timeout=300)
+    watch = done["watch"]
+    print(f"\nwatch: {watch['action']} (failed {watch['failed']}), {load.answered} requests answered {load.counts}")
+    assert done["action"] == "rollback_after_promotion" and watch["action"] == "rollback"  # type: ignore[index]
+    assert "empty_share" in watch["failed"]  # type: ignore[index]
+    assert load.errors == [], load.errors[:5]
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
+    assert "yolo_v2" not in control(serve).loaded() and {"yolo", "yolo_v1"} <= control(serve).loaded()
+
+
+def _phase(repository: Path) -> str | None:
+    try:
+        return str(json.loads((repository / "rollout.json").read_text())["phase"])
+    except (OSError, ValueError, KeyError):
+        return None

@@ -236,6 +236,8 @@ def _trial(settings: RolloutSettings, index: RepositoryIndex, progress: Progress
         state.mark_rolled_back(settings.repository, index, candidate, _with_timings(record, timings, finish, start),
                                _stamp())
         return record
+    if settings.watch_s > 0:  # the old version's own ensemble keeps its steps loaded once the alias moves on
+        control.load(version_model(index.name, index.stable))
     _promote(settings, index, candidate, record, progress)
     watch = _watch(settings, progress, baseline) if settings.watch_s > 0 else None
     if watch is not None:
