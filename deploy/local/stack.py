@@ -34,7 +34,7 @@ DEFAULT_PROJECT = "yolo-triton-local"
 UP_SERVICES = ("pod", "proxy", "builder-cpu", "triton-cpu", "prometheus")
 BUILT_SERVICES = ("builder-cpu", "triton-cpu")
 # What `down` removes: every service the local stack (and a load test run against it) may have started.
-PROFILES = ("cpu", "monitoring", "loadtest", "rollout")
+PROFILES = ("cpu", "monitoring", "loadtest", "cpu-rollout")
 SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 WAIT_TIMEOUT_S = 900
 BUILD_TIMEOUT_S = 3600.0

@@ -28,7 +28,7 @@ POD_NETWORK = f"service:{POD}"
 PROFILES = {
     "pod": ("gpu", "cpu"), "proxy": ("gpu", "cpu"), "builder": ("gpu",), "triton": ("gpu",), "builder-cpu": ("cpu",),
     "triton-cpu": ("cpu",), "prometheus": ("monitoring",), "grafana": ("monitoring",),
-    "locust-master": ("loadtest",), "locust-worker": ("loadtest",), "rollout": ("rollout",), "rollout-cpu": ("rollout",),
+    "locust-master": ("loadtest",), "locust-worker": ("loadtest",), "rollout": ("gpu-rollout",), "rollout-cpu": ("cpu-rollout",),
 }
 RESTARTING = ("unless-stopped", "on-failure", "always")
 # The NGC base digests have no default: compose must refuse to build without them.

@@ -387,3 +387,18 @@ def test_the_gpu_preprocess_installs_its_extra_sizes_the_cuda_pool_and_reaches_t
     problems = run_checks(tmp_path, settings, check_drift=False)
     for expected in ("[serve,gpu]", "--cuda-memory-pool-byte-size", "--preprocess-device", "--nms-in-graph"):
         assert any(expected in p for p in problems), expected
+
+
+@pytest.mark.parametrize("profiles", [("gpu", "gpu-rollout", "monitoring", "loadtest"),
+                                      ("cpu", "monitoring", "loadtest", "cpu-rollout")])
+def test_every_service_a_profile_set_enables_finds_what_it_depends_on(compose: dict[str, Any],
+                                                                      profiles: tuple[str, ...]) -> None:
+    """Compose refuses a project (down included) where an enabled service depends on a disabled one: each
+    stack's rollout has its own profile for that reason. The CPU set is what `down --local` enables."""
+    from deploy.local.stack import PROFILES
+
+    assert set(profiles) == set(PROFILES) or "gpu" in profiles
+    enabled = {name for name, svc in compose["services"].items() if set(svc.get("profiles") or []) & set(profiles)}
+    for name in enabled:
+        needs = set(compose["services"][name].get("depends_on") or {})
+        assert needs <= enabled, f"{name} depends on {sorted(needs - enabled)}, not enabled by {profiles}"
