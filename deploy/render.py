@@ -96,7 +96,7 @@ def adapter_metrics_query(settings: Settings) -> str:
     ``<<.LabelMatchers>>``/``<<.GroupBy>>`` are the adapter's own template fields. The denominator
     is clamped so an idle pod reports 0 instead of NaN (which would drop the metric).
     """
-    comp = "|".join(settings.composing_models)
+    comp = settings.step_regex()  # every version's steps (the stack serves a versioned repository)
     return (
         f'sum by (<<.GroupBy>>) (rate(nv_inference_queue_duration_us{{<<.LabelMatchers>>,model=~"{comp}"}}[2m])) / 1000'
         f" / clamp_min(sum by (<<.GroupBy>>) (rate(nv_inference_request_success"
