@@ -54,7 +54,8 @@ def test_prometheus_has_its_three_targets_up(stack: LiveStack) -> None:
 def test_the_alert_rules_are_loaded(stack: LiveStack) -> None:
     wanted = {rule["alert"] for group in rule_groups(Settings()) for rule in group["rules"]}
     loaded = {rule["name"]: rule["health"] for group in _api(stack, "rules")["groups"] for rule in group["rules"]}
-    assert set(loaded) == wanted and len(wanted) == 7
+    assert {"TritonEnsembleErrorRate", "GpuThermalThrottling"} <= wanted  # the serving and the GPU rules
+    assert set(loaded) == wanted
     assert set(loaded.values()) <= {"ok", "unknown"}  # "unknown" until first evaluated; never "err"
 
 
