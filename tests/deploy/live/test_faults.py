@@ -48,7 +48,9 @@ def _wait(what: str, condition: object, timeout_s: float) -> float:
 
 def test_a_killed_stub_heals_in_place_within_a_minute(stack: LiveStack) -> None:
     restarts, server = _restarts(stack, "triton-cpu"), _tritonserver(stack)
-    stubs = [pid for pid in stack.host_pids("triton-cpu", "yolo_preprocess")
+    # The stable version's step: yolo_v<N>_preprocess (the stack serves a versioned repository).
+    step = f"yolo_v{stack.index()['stable']}_preprocess"
+    stubs = [pid for pid in stack.host_pids("triton-cpu", step)
              if Path(f"/proc/{pid}/comm").read_text().strip().startswith("triton_python")]
     assert stubs, "no preprocess stub found with docker top"
     for pid in stubs:
@@ -61,7 +63,7 @@ def test_a_killed_stub_heals_in_place_within_a_minute(stack: LiveStack) -> None:
     assert healed < HEAL_S
     assert _restarts(stack, "triton-cpu") == restarts  # in place, not by the restart policy
     logs = stack.compose("logs", "--no-log-prefix", "triton-cpu")
-    assert "restarting Triton" in logs.stdout + logs.stderr and "yolo_preprocess" in logs.stdout + logs.stderr
+    assert "restarting Triton" in logs.stdout + logs.stderr and step in logs.stdout + logs.stderr
 
 
 def _tritonserver_or_none(stack: LiveStack) -> int | None:

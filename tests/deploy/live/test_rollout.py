@@ -182,3 +182,42 @@ def test_triton_killed_in_the_middle_of_a_window_ends_safe(stack: LiveStack) -> 
     assert index["stable"] == 1 and index["versions"]["4"]["state"] == "rolled_back"
     assert route(stack)["canary"] is None
     assert stack.exec("triton-cpu", "test", "-e", "/models/current/rollout.json").returncode == 1
+
+
+def test_a_rollout_container_killed_mid_window_is_ended_safe_by_the_next_run(stack: LiveStack) -> None:
+    """The rollout's container SIGKILLed while the canary is routed to: its phase stays in the volume, and the
+    next run of the service ends that rollout first (route on the alias, candidate unloaded and rolled back)."""
+    from deploy.local.update import Update, builder_args
+    from deploy.settings import Settings
+
+    stack.compose("run", "--rm", "--no-deps", "builder-cpu", *builder_args(Settings(), Update(
+        build_flags=("--max-detections", "120"))), timeout_s=900)
+    name = f"{stack.project}-rollout-killed"
+    stack.compose("run", "-d", "--name", name, "rollout-cpu", "--window-s", "120", "--canary-percent", "30")
+    try:
+        deadline = time.monotonic() + 300
+        while route(stack).get("canary") is None:
+            assert time.monotonic() < deadline, docker_logs(name)
+            time.sleep(0.5)
+        subprocess.run(["docker", "kill", name], check=True, capture_output=True)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], check=False, capture_output=True)
+    assert stack.read_json("/models/current/rollout.json")["phase"] == "observing"
+    assert route(stack)["canary"] == "yolo_v5"
+    started = time.monotonic()
+    again = stack.compose("run", "--rm", "-T", "rollout-cpu", check=False, timeout_s=600)
+    took = time.monotonic() - started
+    record = json.loads(again.stdout[again.stdout.index("{"):])
+    print(f"\nrollout container killed mid-window: the next run ended it safe in {took:.1f} s ({record['failed']}, "
+          f"phase {record['phase']})")
+    assert again.returncode == 3, again.stderr[-2000:]
+    assert (record["action"], record["failed"], record["phase"], record["candidate"]) == (
+        "rollback", ["interrupted"], "observing", 5)
+    index = stack.index()
+    assert index["stable"] == 1 and index["versions"]["5"]["state"] == "rolled_back"
+    assert route(stack)["canary"] is None and stack.serving()
+
+
+def docker_logs(name: str) -> str:
+    result = subprocess.run(["docker", "logs", name], capture_output=True, text=True, check=False)
+    return (result.stdout + result.stderr)[-3000:]
