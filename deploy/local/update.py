@@ -57,21 +57,36 @@ def builder_args(settings: Settings, update: Update) -> list[str]:
     return [*args, *update.build_flags]
 
 
-def _mounts(pairs: list[tuple[Path | None, str]]) -> list[str]:
+def _mounts(stack: LocalStack, pairs: list[tuple[Path | None, str]]) -> list[str]:
+    """Read-only bind mounts of the user's files, copied first beside the stack's state with modes the
+    containers' uid can read (a 0600 file of root's would not open inside)."""
+    import shutil
+
     out: list[str] = []
     for host, target in pairs:
         if host is None:
             continue
         if not host.exists():
             raise LocalStackError(f"{host} does not exist")
-        out += ["-v", f"{host.resolve()}:{target}:ro"]
+        copy = stack.state / "update" / target.strip("/").replace("/", "_")
+        if copy.is_dir():
+            shutil.rmtree(copy)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if host.is_dir():
+            shutil.copytree(host, copy)
+            for path in (copy, *copy.rglob("*")):
+                path.chmod(0o755 if path.is_dir() else 0o644)
+        else:
+            shutil.copyfile(host, copy)
+            copy.chmod(0o644)
+        out += ["-v", f"{copy.resolve()}:{target}:ro"]
     return out
 
 
 def build_version(settings: Settings, stack: LocalStack, update: Update) -> None:
     """Add the version (or reuse the one these settings built); the builder's log goes to stderr."""
     env = _env(stack)
-    mounts = _mounts([(update.onnx, UPDATE_ONNX)])
+    mounts = _mounts(stack, [(update.onnx, UPDATE_ONNX)])
     started = time.monotonic()
     result = docker.run(compose_args(stack.project, "run", "--rm", "--no-deps", *mounts, "builder-cpu",
                                      *builder_args(settings, update)),
@@ -90,7 +105,8 @@ def run_rollout(stack: LocalStack, update: Update, *extra: str) -> tuple[int, di
         flags += ["--control-images", CONTROL_DIR]
     if update.control_labels is not None:
         flags += ["--control-labels", f"{CONTROL_DIR}-labels.json"]
-    mounts = _mounts([(update.control_images, CONTROL_DIR), (update.control_labels, f"{CONTROL_DIR}-labels.json")])
+    mounts = _mounts(stack, [(update.control_images, CONTROL_DIR),
+                             (update.control_labels, f"{CONTROL_DIR}-labels.json")])
     started = time.monotonic()
     result = docker.run(compose_args(stack.project, "run", "--rm", "-T", *mounts, "rollout-cpu", *flags), env=env,
                         check=False, timeout_s=STEP_TIMEOUT_S)
