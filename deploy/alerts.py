@@ -55,7 +55,7 @@ def metric_names(expr: str) -> set[str]:
 
 def _serving_alerts(s: Settings) -> list[Alert]:
     ens = f'model="{s.model_name}"'
-    steps = 'model=~"{}"'.format("|".join(s.composing_models))
+    steps = f'model=~"{s.step_regex()}"'  # every version's steps: a rollout runs two side by side
     failed = f"sum(rate(nv_inference_request_failure{{{ens}}}[5m]))"
     succeeded = f"sum(rate(nv_inference_request_success{{{ens}}}[5m]))"
     return [
@@ -76,7 +76,7 @@ def _serving_alerts(s: Settings) -> list[Alert]:
 
 
 def _quality_alerts(s: Settings) -> list[Alert]:
-    nms = f'model="{s.model_name}_nms"'
+    nms = f'model=~"{s.step_regex("nms")}"'
 
     def share(window: str) -> str:  # e.g. "[10m]" or "[1h] offset 10m"
         return f"sum(rate({EMPTY_OUTPUTS_METRIC}{{{nms}}}{window})) / sum(rate({IMAGES_METRIC}{{{nms}}}{window}))"

@@ -1,6 +1,12 @@
 """Fill the models volume for this machine and switch Triton's repository to it atomically.
 
-    python3 -m deploy.build_models --volume /models [--link current] -- GENERATOR_BUILD_FLAGS...
+    python3 -m deploy.build_models --volume /models [--link current] [--versioned] -- GENERATOR_BUILD_FLAGS...
+
+With ``--versioned`` (what compose and Kubernetes run) the volume holds one versioned repository, ``versions``
+(docs/UPDATING.md), and ``current`` points at it: each new key adds a version with ``generator build --version
+next`` beside the others instead of replacing anything (the first one is stable, later ones are candidates that
+``deploy.rollout_job`` tries), and a key already built reuses its version (``version-keys.json`` in the volume maps
+keys to versions). The rest of this docstring describes the classic layout, one unversioned build per key:
 
 The volume holds one directory per build, ``build-<key>``, and a symlink, ``current``, to the one Triton
 serves (``--model-repository=/models/current``). The key digests everything that decides the repository:
@@ -31,11 +37,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deploy.repository_check import checked
+from generator.errors import GeneratorError
 from generator.repository.files import sha256_file
 
 logger = logging.getLogger(__name__)
 
 BUILD_PREFIX = "build-"
+VERSIONS_DIR = "versions"  # the versioned repository inside the volume
+KEYS_FILE = "version-keys.json"  # build key -> the version it built (not "build-": remove_stale would take it)
 KEY_CHARS = 16
 _CODE_SUFFIXES = (".py", ".j2", ".json", ".onnx", ".txt")
 
@@ -139,17 +148,79 @@ def install(volume: Path, link: str, build_flags: Sequence[str]) -> Path:
     return target
 
 
+def _read_keys(volume: Path) -> dict[str, int]:
+    import json
+
+    path = volume / KEYS_FILE
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise VolumeError(f"cannot read {path}: {exc}; remove it (the next build adds a new version)") from exc
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write_keys(volume: Path, keys: dict[str, int]) -> None:
+    import json
+
+    staged = volume / f".{KEYS_FILE}.tmp-{os.getpid()}"
+    staged.write_text(json.dumps(keys, indent=2, sort_keys=True) + "\n")
+    staged.replace(volume / KEYS_FILE)
+
+
+def install_version(volume: Path, link: str, build_flags: Sequence[str]) -> tuple[Path, int]:
+    """``--versioned``: add a version for these flags (or reuse the one built for them) and point ``link`` at the
+    versioned repository; returns the repository and the version."""
+    from generator.repository.versions import read_index
+
+    if not volume.is_dir():
+        raise VolumeError(f"{volume} is not a directory; mount the models volume there")
+    if any(flag in ("--output", "--version", "--force") or flag.startswith(("--output=", "--version="))
+           for flag in build_flags):
+        raise VolumeError("do not pass --output, --version or --force: versions go to the volume's versions/")
+    repository, key = volume / VERSIONS_DIR, build_key(build_flags)
+    index = read_index(repository)
+    keys = {k: v for k, v in _read_keys(volume).items() if index is not None and v in index.versions}
+    version = keys.get(key)
+    if version is not None:
+        logger.info("version %d of %s was built from these settings (%s); reusing it", version, repository,
+                    index.versions[version].state if index else "?")
+    else:
+        logger.info("adding a version to %s", repository)
+        if _generator("build", *build_flags, "--output", str(repository), "--version", "next") != 0:
+            raise VolumeError(f"generator build failed; {repository} still holds the versions it held")
+        built = read_index(repository)
+        if built is None:
+            raise VolumeError(f"generator build wrote no version index into {repository}")
+        version = max(built.versions)
+        _write_keys(volume, {**keys, key: version})
+    if not _accepted(repository):
+        raise VolumeError(f"generator check refused {repository} (version {version}); Triton keeps serving its "
+                          "stable version")
+    current = volume / link
+    previous = str(current.readlink()) if current.is_symlink() else None
+    if previous != VERSIONS_DIR:
+        switch_link(volume, link, VERSIONS_DIR)
+    removed = remove_stale(volume, {previous or "", link}, link)
+    logger.info("%s -> %s, version %d (removed: %s)", current, VERSIONS_DIR, version, ", ".join(removed) or "none")
+    return repository, version
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.build_models", description=__doc__.splitlines()[0])
     parser.add_argument("--volume", type=Path, default=Path("/models"), help="the mounted models volume")
     parser.add_argument("--link", default="current", help="symlink Triton's --model-repository names")
+    parser.add_argument("--versioned", action="store_true",
+                        help="add a version to the volume's versioned repository instead of a new build-<key>")
     parser.add_argument("build_flags", nargs=argparse.REMAINDER, help="-- generator build flags")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="build_models: %(message)s", stream=sys.stderr)
     flags = args.build_flags[1:] if args.build_flags[:1] == ["--"] else args.build_flags
     try:
-        install(args.volume, args.link, flags)
-    except (VolumeError, OSError) as exc:
+        if args.versioned:
+            install_version(args.volume, args.link, flags)
+        else:
+            install(args.volume, args.link, flags)
+    except (VolumeError, GeneratorError, OSError) as exc:
         print(f"build_models: {exc}", file=sys.stderr)
         return 1
     return 0

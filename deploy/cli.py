@@ -65,6 +65,16 @@ def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                     help="your tls.crt, tls.key and ca.crt (default: a throwaway CA and certificate)")
     sub.add_parser("build", parents=[common, local, images],
                    help="only build the CPU stack's and the load test's images (bases made where needed)")
+    update = sub.add_parser("update", parents=[common, local],
+                            help="add a model version to the running stack and roll it out (promote or roll back)")
+    update.add_argument("--onnx", type=Path, help="the new detector (default: the one baked into the builder image)")
+    update.add_argument("--build-flags", help='extra generator build flags, one string: "--conf-threshold 0.5"')
+    update.add_argument("--rollout-flags", help='extra generator rollout flags, one string: "--window-s 300"')
+    update.add_argument("--control-images", type=Path,
+                        help="your images for the agreement check (default: the demo's synthetic scenes)")
+    update.add_argument("--control-labels", type=Path, help="their labels, a COCO JSON (optional)")
+    sub.add_parser("rollback", parents=[common, local],
+                   help="stop the running stack's canary, or move it back to the previous stable version")
     sub.add_parser("down", parents=[common, local], help="remove the local stack's containers, networks, volumes")
     bases = sub.add_parser("bases", parents=[common, local],
                            help="make the base images locally where no registry answers (root, debootstrap)")
@@ -112,6 +122,27 @@ def _local(args: argparse.Namespace, settings: Settings) -> None:
     print(json.dumps(stack.up(settings, options)), flush=True)
 
 
+def _update(args: argparse.Namespace, settings: Settings) -> int:
+    """update/rollback --local: the decision record on stdout; exit 0 promoted, 3 rolled back."""
+    import json
+    import logging
+
+    from deploy.local import update
+    from deploy.local.stack import LocalStack
+
+    logging.basicConfig(level=logging.INFO, format="deploy: %(message)s", stream=sys.stderr)
+    stack = LocalStack(project=args.project)
+    if args.command == "rollback":
+        code, record = update.run_rollout(stack, update.Update(), "--rollback")
+    else:
+        change = update.Update(onnx=args.onnx, build_flags=update.parse_flags(args.build_flags),
+                               rollout_flags=update.parse_flags(args.rollout_flags),
+                               control_images=args.control_images, control_labels=args.control_labels)
+        code, record = update.update(settings, stack, change)
+    print(json.dumps(record, indent=2))
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -131,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"deploy check: {len(problems)} problem(s)", file=sys.stderr)
                 return 1
             print("deploy check: rendered files are current, valid and hardened")
+        elif args.command in ("update", "rollback"):
+            return _update(args, settings)
         elif args.command in ("up", "down", "bases", "build"):
             _local(args, settings)
         else:

@@ -3,7 +3,8 @@
 Layout inside the containers:
 
     /models                 the volume (compose) or emptyDir (Kubernetes) the builder fills
-    /models/current         symlink to the repository Triton serves, swapped atomically by the builder
+    /models/current         symlink to the repository Triton serves: the versioned repository /models/versions
+    /models/routing         the rollout's split: routing.json for clients, the proxy's canary buckets
     /opt/deploy/watchdog.py generator/server/watchdog.py, standard library only: probe and supervisor
     /opt/detector/model.onnx the detector baked into the builder image
 """
@@ -20,6 +21,11 @@ from generator.server.shutdown import StopTiming
 MODELS_VOLUME = "/models"
 CURRENT_LINK = "current"
 MODEL_REPOSITORY = f"{MODELS_VOLUME}/{CURRENT_LINK}"
+# Where the rollout publishes its split (deploy/routing.py): inside the volume, read-only in the proxy.
+ROUTING_DIR = f"{MODELS_VOLUME}/routing"
+CANARY_BUCKETS = 100  # the proxy's split, one bucket per percent (deploy/routing.py)
+# The admin token as a file (a compose secret, a Kubernetes Secret volume): what the rollout reads.
+ADMIN_TOKEN_FILE = "/run/secrets/admin_token"
 WATCHDOG_PATH = "/opt/deploy/watchdog.py"
 GPU_METRICS_PATH = "/opt/deploy/gpu_metrics.py"  # imported by the watchdog from beside it
 # The watchdog's counters across its container's restarts: /tmp is the pod's emptyDir in Kubernetes (kept
@@ -37,8 +43,10 @@ RESTART_GRACE_S = 5
 SERVER_CACHE = "/opt/tde"
 # The project's package extras each image installs (pyproject.toml), nothing more.
 # The slim CPU image installs none: its models run in the stub environment locked in generator/server/locks/.
-IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("build",), "loadtest": ("loadtest",), "triton-cpu": (),
-                "builder-cpu": ("build",)}
+# The builders' images also run the rollout's one-shot container (deploy/rollout_job.py): the `rollout` extra is the
+# `build` extra plus the clients (mirrored control images) and a parser for Triton's metrics.
+IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("rollout",), "loadtest": ("loadtest",), "triton-cpu": (),
+                "builder-cpu": ("rollout",)}
 
 
 def image_extras(settings: Settings, image: str) -> tuple[str, ...]:
@@ -66,7 +74,10 @@ def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
     return [
         "tritonserver",
         f"--model-repository={MODEL_REPOSITORY}",
-        "--model-control-mode=none",
+        # Explicit model control: Triton loads the alias (the stable version) at start, and the rollout loads a
+        # candidate beside it, promotes it or unloads it through the admin API (docs/UPDATING.md).
+        "--model-control-mode=explicit",
+        f"--load-model={settings.model_name}",
         "--disable-auto-complete-config",
         "--strict-readiness=true",
         "--exit-on-error=true",
@@ -152,4 +163,17 @@ def build_args(settings: Settings, target: Target, onnx: str = DETECTOR_ONNX_PAT
 
 def builder_command(settings: Settings, target: Target) -> list[str]:
     """The builder container's arguments (its entry point is ``python3 -m deploy.build_models``)."""
-    return [f"--volume={MODELS_VOLUME}", f"--link={CURRENT_LINK}", "--", *build_args(settings, target)]
+    return [f"--volume={MODELS_VOLUME}", f"--link={CURRENT_LINK}", "--versioned", "--", *build_args(settings, target)]
+
+
+def rollout_command(settings: Settings) -> list[str]:
+    """The rollout's one-shot container (entry point ``python3 -m deploy.rollout_job``), in the pod's network
+    namespace: Triton's admin API and metrics on its loopback, never through the proxy; the token from a file."""
+    return [
+        f"--model-repository={MODEL_REPOSITORY}",
+        f"--url={LOOPBACK}:{settings.http_port}",
+        f"--metrics-url={LOOPBACK}:{settings.metrics_port}",
+        f"--infer-url=grpc://{LOOPBACK}:{settings.grpc_port}",
+        f"--admin-key-file={ADMIN_TOKEN_FILE}",
+        f"--routing-dir={ROUTING_DIR}",
+    ]

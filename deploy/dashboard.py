@@ -249,7 +249,7 @@ def _health_specs(every: str) -> list[Spec]:
 
 def _quality_specs(s: Settings) -> list[Spec]:
     """What the model answers: empty and capped outputs, detections per image, scores, rejected images."""
-    nms, pre = f'model="{s.model_name}_nms"', f'model="{s.model_name}_preprocess"'
+    nms, pre = f'model=~"{s.step_regex("nms")}"', f'model=~"{s.step_regex("preprocess")}"'
     win = "[5m]"
 
     def share(metric: str, model: str) -> str:
@@ -308,9 +308,9 @@ def build_dashboard(settings: Settings) -> dict[str, Any]:
     """The dashboard JSON model (Grafana schema 39) for ``settings.model_name``."""
     specs = (
         _ensemble_specs(f'model="{settings.model_name}"')
-        + _step_specs('model=~"{}"'.format("|".join(settings.composing_models)))
+        + _step_specs(f'model=~"{settings.step_regex()}"')
         + _quality_specs(settings)
-        + _health_specs('model=~"{}"'.format("|".join(settings.all_models)))
+        + _health_specs(f'model=~"{settings.models_regex}"')
     )
     panels = [
         _panel(i + 1, title, unit, targets, x=(i % 2) * 12, y=(i // 2) * 8, description=desc)

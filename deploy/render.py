@@ -96,7 +96,7 @@ def adapter_metrics_query(settings: Settings) -> str:
     ``<<.LabelMatchers>>``/``<<.GroupBy>>`` are the adapter's own template fields. The denominator
     is clamped so an idle pod reports 0 instead of NaN (which would drop the metric).
     """
-    comp = "|".join(settings.composing_models)
+    comp = settings.step_regex()  # every version's steps (the stack serves a versioned repository)
     return (
         f'sum by (<<.GroupBy>>) (rate(nv_inference_queue_duration_us{{<<.LabelMatchers>>,model=~"{comp}"}}[2m])) / 1000'
         f" / clamp_min(sum by (<<.GroupBy>>) (rate(nv_inference_request_success"
@@ -144,6 +144,10 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "min_engine": engine.version_text(engine.MIN_ENGINE),
         "min_compose": engine.version_text(engine.MIN_COMPOSE),
         "models_volume": commands.MODELS_VOLUME,
+        "routing_dir": commands.ROUTING_DIR,
+        "canary_buckets": commands.CANARY_BUCKETS,
+        "rollout_command": commands.rollout_command(settings),
+        "admin_token_file": commands.ADMIN_TOKEN_FILE,
         "watchdog_path": commands.WATCHDOG_PATH,
         "gpu_metrics_path": commands.GPU_METRICS_PATH,
         "detector_onnx_path": settings_module.DETECTOR_ONNX_PATH,

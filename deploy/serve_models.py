@@ -58,6 +58,8 @@ def supervise_argv(args: argparse.Namespace, server: Sequence[str], extra_flags:
         *(["--state-file", str(args.watchdog_state)] if args.watchdog_state else []),
         *(["--restart-on", args.restart_on] if args.restart_on else []),
         *(["--restart-grace-s", str(args.restart_grace_s)] if args.restart_grace_s is not None else []),
+        # Explicit model control: a rollout loads and unloads versions, whose stubs come and go.
+        *(["--explicit"] if "--model-control-mode=explicit" in server else []),
         "--",
         *server,
         *extra_flags,

@@ -284,6 +284,16 @@ class Settings:
         """The ensemble followed by its composing models."""
         return (self.model_name, *self.composing_models)
 
+    def step_regex(self, step: str = "(preprocess|detector|nms)") -> str:
+        """A Prometheus label regex for the composing models of every version: the stack serves a versioned
+        repository (``yolo_v1_nms``, ``yolo_v2_nms`` during a rollout); a classic one's ``yolo_nms`` matches too."""
+        return f"{self.model_name}(_v[0-9]+)?_{step}"
+
+    @property
+    def models_regex(self) -> str:
+        """The ensembles (the alias, each version's) and their steps, as a Prometheus label regex."""
+        return f"{self.model_name}(_v[0-9]+)?(_(preprocess|detector|nms))?"
+
     @property
     def image_tag(self) -> str:
         """Tag of the derived images: the Triton release they wrap plus the project version."""

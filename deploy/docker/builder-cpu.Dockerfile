@@ -23,8 +23,10 @@ RUN --mount=type=secret,id=build_ca --mount=type=cache,target=/var/cache/pip,sha
     if grep -qs "BEGIN CERTIFICATE" /run/secrets/build_ca; then export PIP_CERT=/run/secrets/build_ca; fi \
     && export PIP_CACHE_DIR=/var/cache/pip \
     && python3 -m venv /opt/venv \
-    && python -m pip install --quiet "/opt/project[build]"
+    && python -m pip install --quiet "/opt/project[rollout]"
 COPY generator /opt/project/generator
+# The clients: the rollout that runs from this image sends the control images through them.
+COPY clients /opt/project/clients
 COPY deploy /opt/project/deploy
 RUN --mount=type=secret,id=build_ca --mount=type=cache,target=/var/cache/pip,sharing=locked \
     if grep -qs "BEGIN CERTIFICATE" /run/secrets/build_ca; then export PIP_CERT=/run/secrets/build_ca; fi \
@@ -41,4 +43,4 @@ USER 1000:1000
 WORKDIR /tmp
 # Build into the volume and switch /models/current atomically (deploy/build_models.py).
 ENTRYPOINT ["python3", "-m", "deploy.build_models"]
-CMD ["--volume=/models", "--link=current", "--", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--target", "embedded", "--precision", "fp32", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--preprocess-device", "cpu"]
+CMD ["--volume=/models", "--link=current", "--versioned", "--", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--target", "embedded", "--precision", "fp32", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--preprocess-device", "cpu"]

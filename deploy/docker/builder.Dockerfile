@@ -17,13 +17,15 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
 # time: no tritonclient[http] or Locust (geventhttpclient 2.0.2 has no wheel for this image's Python 3.12).
 COPY pyproject.toml README.md /opt/project/
 COPY generator /opt/project/generator
+# The clients: the rollout that runs from this image sends the control images through them.
+COPY clients /opt/project/clients
 COPY deploy /opt/project/deploy
 # pip runs with the optional build secret `build_ca` (a CA bundle for a TLS-intercepting proxy; compose passes
 # BUILD_CA_BUNDLE) and a BuildKit cache mount, so neither a certificate nor a download cache stays in the image.
 RUN --mount=type=secret,id=build_ca --mount=type=cache,target=/var/cache/pip,sharing=locked \
     if grep -qs "BEGIN CERTIFICATE" /run/secrets/build_ca; then export PIP_CERT=/run/secrets/build_ca; fi \
     && export PIP_CACHE_DIR=/var/cache/pip \
-    && python3 -m pip install "/opt/project[build]"
+    && python3 -m pip install "/opt/project[rollout]"
 # Triton 2.51's config schema, with which every build parses its configs: made here, where the network is, since
 # the builder runs without one (docs/BUILDING.md, "Building without the network"); outside /tmp, a tmpfs at run time.
 ENV TRITON_DETECTION_CACHE=/opt/tde
@@ -41,4 +43,4 @@ USER 1000:1000
 WORKDIR /tmp
 # Build into the volume and switch /models/current atomically (deploy/build_models.py).
 ENTRYPOINT ["python3", "-m", "deploy.build_models"]
-CMD ["--volume=/models", "--link=current", "--", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--target", "tensorrt", "--precision", "fp16", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--preprocess-device", "cpu", "--instances", "2", "2", "2", "--triton-image", "nvcr.io/nvidia/tritonserver:26.08-py3"]
+CMD ["--volume=/models", "--link=current", "--versioned", "--", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--target", "tensorrt", "--precision", "fp16", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--preprocess-device", "cpu", "--instances", "2", "2", "2", "--triton-image", "nvcr.io/nvidia/tritonserver:26.08-py3"]

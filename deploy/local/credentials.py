@@ -144,4 +144,6 @@ def ensure_credentials(state: Path, *, owner: int, names: tuple[str, ...] = DEFA
         if not all((directory / name).is_file() for name in ("tls.crt", "tls.key", "ca.crt")):
             logger.info("making a throwaway CA and a certificate for %s in %s", ", ".join(names), directory)
             make_server_certificate(make_ca(state / "ca"), directory, names, owner)
-    return Credentials(directory, _secret_file(state / "admin-token"), _secret_file(state / "grafana-password"))
+    token = _secret_file(state / "admin-token")
+    _readable_by(token, owner)  # the rollout's container (uid owner) reads it as a compose secret
+    return Credentials(directory, token, _secret_file(state / "grafana-password"))

@@ -34,7 +34,7 @@ DEFAULT_PROJECT = "yolo-triton-local"
 UP_SERVICES = ("pod", "proxy", "builder-cpu", "triton-cpu", "prometheus")
 BUILT_SERVICES = ("builder-cpu", "triton-cpu")
 # What `down` removes: every service the local stack (and a load test run against it) may have started.
-PROFILES = ("cpu", "monitoring", "loadtest")
+PROFILES = ("cpu", "monitoring", "loadtest", "cpu-rollout")
 SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 WAIT_TIMEOUT_S = 900
 BUILD_TIMEOUT_S = 3600.0
@@ -96,14 +96,16 @@ def stack_env(settings: Settings, stack: LocalStack, credentials: Credentials | 
         "TENSORRT_BASE_DIGEST": UNUSED_NGC_DIGEST,
         "BUILD_NETWORK": stack.build_network,
         "BUILD_CA_BUNDLE": str(stack.ca_bundle()),
+        "PROXY_MODELS_VOLUME": "model-repository-cpu",  # the rollout's split, in the CPU stack's volume
         **bases,
     }
     if credentials is not None:
         env.update(TLS_DIR=str(credentials.tls_dir), LOADTEST_CA_FILE=str(credentials.ca_cert),
-                   TRITON_ADMIN_TOKEN=credentials.admin_token, GRAFANA_ADMIN_PASSWORD=credentials.grafana_password)
+                   TRITON_ADMIN_TOKEN=credentials.admin_token, GRAFANA_ADMIN_PASSWORD=credentials.grafana_password,
+                   TRITON_ADMIN_TOKEN_FILE=str(credentials.admin_token_file.resolve()))
     else:  # down without credentials: only interpolation needs them
         env.update(TLS_DIR=str(stack.state), LOADTEST_CA_FILE=str(stack.state), TRITON_ADMIN_TOKEN="unused",
-                   GRAFANA_ADMIN_PASSWORD="unused")
+                   GRAFANA_ADMIN_PASSWORD="unused", TRITON_ADMIN_TOKEN_FILE=str(stack.state))
     if stack.publish == "auto":
         env.update(PROXY_HTTP_PORT="0", PROXY_GRPC_PORT="0", PROMETHEUS_PORT="0", GRAFANA_PORT="0", LOCUST_WEB_PORT="0")
     return env

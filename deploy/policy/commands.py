@@ -17,8 +17,11 @@ from deploy.settings import (
 from generator.builder.spec.declarations import declared, from_argv, to_record
 from generator.builder.spec.options import BuildOptions, SpecError, Target
 
+# Explicit model control (was `none` until versions reached the deployed stack): Triton loads exactly the alias
+# named by --load-model at start, so a candidate in the volume is never served until a rollout loads it, and the
+# admin API that loads and unloads stays restricted behind the token (below) and off the proxy for the rollout.
 REQUIRED_TRITON_FLAGS = (
-    "--model-control-mode=none",
+    "--model-control-mode=explicit",
     "--disable-auto-complete-config",
     "--strict-readiness=true",
     "--exit-on-error=true",
@@ -65,6 +68,7 @@ def triton_flag_violations(args: Sequence[str], settings: Settings, where: str, 
         problems.append(f"{where}: --http-max-input-size must be {want_cap} (none on Triton 2.51), "
                         f"got {flag_values(args, '--http-max-input-size')}")
     problems += _one(args, "--model-repository", commands.MODEL_REPOSITORY, where)
+    problems += _one(args, "--load-model", settings.model_name, where)
     problems += _one(args, "--exit-timeout-secs", str(commands.stop_timing(settings).exit_timeout_s), where)
     problems += _one(args, "--http-port", str(settings.http_port), where)
     problems += _one(args, "--grpc-port", str(settings.grpc_port), where)
@@ -129,6 +133,9 @@ def builder_command_violations(command: Sequence[str], settings: Settings, targe
     """
     args = list(command)
     problems = _one(args, "--volume", commands.MODELS_VOLUME, where) + _one(args, "--link", commands.CURRENT_LINK, where)
+    head = args[:args.index("--")] if "--" in args else args
+    if "--versioned" not in head:
+        problems.append(f"{where}: the builder must add versions (--versioned), never replace what Triton serves")
     build = args[args.index("--") + 1:] if "--" in args else []
     if any(a in ("--output", "--force") or a.startswith("--output=") for a in build):
         problems.append(f"{where}: --output/--force must not be given; build_models writes build-<key> in the volume")

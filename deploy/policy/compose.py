@@ -17,7 +17,9 @@ from deploy.policy.commands import (
 from deploy.settings import BUILD_TARGETS, Settings, is_digest, is_pinned
 
 SERVICES = {"pod", "proxy", "builder", "triton", "builder-cpu", "triton-cpu", "prometheus", "grafana",
-            "locust-master", "locust-worker"}
+            "locust-master", "locust-worker", "rollout", "rollout-cpu"}
+# The rollout's one-shot containers: the builder's image, the Triton it drives.
+ROLLOUT_SERVICES = {"rollout": ("builder", "triton"), "rollout-cpu": ("builder-cpu", "triton-cpu")}
 TRITON_SERVICES = {"triton": "builder", "triton-cpu": "builder-cpu"}
 PULLED_SERVICES = ("pod", "proxy", "prometheus", "grafana")
 # The network namespace the proxy and Triton share (a pod's sandbox): it publishes the proxy's ports.
@@ -26,7 +28,7 @@ POD_NETWORK = f"service:{POD}"
 PROFILES = {
     "pod": ("gpu", "cpu"), "proxy": ("gpu", "cpu"), "builder": ("gpu",), "triton": ("gpu",), "builder-cpu": ("cpu",),
     "triton-cpu": ("cpu",), "prometheus": ("monitoring",), "grafana": ("monitoring",),
-    "locust-master": ("loadtest",), "locust-worker": ("loadtest",),
+    "locust-master": ("loadtest",), "locust-worker": ("loadtest",), "rollout": ("gpu-rollout",), "rollout-cpu": ("cpu-rollout",),
 }
 RESTARTING = ("unless-stopped", "on-failure", "always")
 # The NGC base digests have no default: compose must refuse to build without them.
@@ -154,13 +156,38 @@ def _proxy_service(svc: dict[str, Any], settings: Settings) -> list[str]:
         problems.append(f"service proxy: the healthcheck must be {commands.proxy_health_command(settings)} "
                         "(Triton's readiness through nginx: it sees a broken path)")
     targets = {v.get("target"): v for v in svc.get("volumes") or [] if isinstance(v, dict)}
-    for target in ("/etc/nginx/nginx.conf", "/etc/nginx/tls"):
+    for target in ("/etc/nginx/nginx.conf", "/etc/nginx/tls", commands.MODELS_VOLUME):
         if (targets.get(target) or {}).get("read_only") is not True:
             problems.append(f"service proxy: {target} must be mounted read-only")
     if str(svc.get("stop_signal")) != "SIGQUIT":
         problems.append("service proxy: stop_signal must be SIGQUIT (nginx's graceful stop)")
     if grace_seconds(svc.get("stop_grace_period", "")) != commands.stop_timing(settings).container_grace_s:
         problems.append("service proxy: stop_grace_period must match the Triton services'")
+    return problems
+
+
+def _rollout_service(name: str, svc: dict[str, Any], builder: dict[str, Any], triton: str,
+                     settings: Settings) -> list[str]:
+    """The rollout drives Triton's admin API from inside the pod (never through the proxy), with the token from
+    the secret file, the builder's image and the models volume writable (the index, records, the split)."""
+    where = f"service {name}"
+    problems = []
+    if list(svc.get("entrypoint") or []) != ["python3", "-m", "deploy.rollout_job", *commands.rollout_command(settings)]:
+        problems.append(f"{where}: entrypoint must be python3 -m deploy.rollout_job {commands.rollout_command(settings)}")
+    if svc.get("network_mode") != POD_NETWORK or svc.get("ports") or svc.get("networks"):
+        problems.append(f"{where}: must join the pod's network namespace (network_mode {POD_NETWORK}), no ports")
+    if svc.get("image") != builder.get("image") or "build" in svc:
+        problems.append(f"{where}: must run the builder's image ({builder.get('image')}), not build its own")
+    targets = [str(x.get("target")) for x in svc.get("secrets") or [] if isinstance(x, dict)]
+    if [x.get("source") for x in svc.get("secrets") or [] if isinstance(x, dict)] != ["admin_token"] or \
+            targets != [commands.ADMIN_TOKEN_FILE.rsplit("/", 1)[1]]:
+        problems.append(f"{where}: needs exactly the admin_token secret at {commands.ADMIN_TOKEN_FILE}")
+    mounts = _models_mounts(svc)
+    if len(mounts) != 1 or mounts[0].get("read_only"):
+        problems.append(f"{where}: {commands.MODELS_VOLUME} must be mounted once, writable")
+    dep = (svc.get("depends_on") or {}).get(triton) if isinstance(svc.get("depends_on"), dict) else None
+    if not dep or dep.get("condition") != "service_healthy" or svc.get("restart") not in ("no", None):
+        problems.append(f"{where}: depends_on {triton} (service_healthy) and restart no: it is a one-shot")
     return problems
 
 
@@ -189,12 +216,15 @@ def compose_violations(compose: dict[str, Any], env: dict[str, str], settings: S
             problems.append(f"service {name}: profiles must be {list(PROFILES.get(name, ()))}")
         if name in PULLED_SERVICES and not is_pinned(str(svc.get("image", ""))):
             problems.append(f"service {name}: image {svc.get('image')!r} must be pinned as name:tag@sha256:<digest>")
-        if name not in PULLED_SERVICES and "build" not in svc:
+        if name not in PULLED_SERVICES and name not in ROLLOUT_SERVICES and "build" not in svc:
             problems.append(f"service {name}: must be built from the pinned Dockerfiles")
     for name in TRITON_SERVICES:
         problems += _triton_service(name, services[name], settings) if name in services else []
     for name in BUILD_TARGETS:
         problems += _builder_service(name, services[name], settings) if name in services else []
+    for name, (builder, triton) in ROLLOUT_SERVICES.items():
+        if {name, builder} <= set(services):
+            problems += _rollout_service(name, services[name], services[builder], triton, settings)
     if "proxy" in services:
         problems += _proxy_service(services["proxy"], settings)
     if POD in services:

@@ -102,9 +102,12 @@ def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str
 OPENCV_FLOOR = (4, 8, 1, 78)
 _OPENCV = ("opencv-python-headless", "opencv-python")
 
-# Packages that must stay out of the builder image, which builds and serves nothing over HTTP: the HTTP client's
-# geventhttpclient (2.0.2, pinned by tritonclient 2.51, had no CPython 3.12 wheel for the NGC images) and Locust.
-_BUILDER_FORBIDDEN = ("locust", "geventhttpclient")
+# Packages that must stay out of the builder images: Locust (a load generator has no place where models are built).
+# The builders also run the rollout (the `rollout` extra: the clients, tritonclient[http] among them), which
+# tritonclient 2.73 allows on the NGC images' CPython 3.12: it needs geventhttpclient >= 2.3.3, which has cp312
+# wheels (2.51 pinned 2.0.2, which had none: why the HTTP client was kept out before).
+_BUILDER_FORBIDDEN = ("locust",)
+_PROJECT = "triton-detection-ensemble"
 
 
 def _requirement_name(requirement: str) -> tuple[str, set[str]]:
@@ -124,13 +127,30 @@ def extras_violations(pyproject: Mapping[str, Any], images: Sequence[str] = tupl
                 for extra, image in needed.items() if extra not in extras]
     everywhere = [*(project.get("dependencies") or []), *(r for reqs in extras.values() for r in reqs)]
     problems += _opencv_floor_violations(everywhere)
-    builder_reqs = [*(project.get("dependencies") or []), *extras.get("build", [])]
-    for requirement in builder_reqs:
-        name, wanted = _requirement_name(requirement)
-        if name in _BUILDER_FORBIDDEN or (name == "tritonclient" and wanted & {"http", "all"}):
+    installed = ",".join(commands.IMAGE_EXTRAS["builder"])
+    for requirement in _with_extras(project.get("dependencies") or [], extras, commands.IMAGE_EXTRAS["builder"]):
+        name, _ = _requirement_name(requirement)
+        if name in _BUILDER_FORBIDDEN:
             problems.append(f"pyproject.toml: the builder image would install {requirement!r} "
-                            "(base dependencies + [build]); keep it in another extra")
+                            f"(base dependencies + [{installed}]); keep it in another extra")
     return problems
+
+
+def _with_extras(base: Sequence[str], extras: Mapping[str, Sequence[str]], chosen: Sequence[str]) -> list[str]:
+    """The requirements an install of ``chosen`` extras pulls in, the project's own extras followed."""
+    out, todo, seen = list(base), list(chosen), set()
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for requirement in extras.get(extra, []):
+            name, wanted = _requirement_name(requirement)
+            if name == _PROJECT:
+                todo += sorted(wanted)
+            else:
+                out.append(requirement)
+    return out
 
 
 def _opencv_floor_violations(requirements: Sequence[str]) -> list[str]:

@@ -221,9 +221,9 @@ def _autoscaling_violations(by_kind: dict[str, list[dict[str, Any]]], settings: 
             if "<<.LabelMatchers>>" not in query or "<<.GroupBy>>" not in query:
                 problems.append(f"prometheus-adapter rule {rule.get('name')}: metricsQuery must use "
                                 "<<.LabelMatchers>> and <<.GroupBy>>")
-            missing = [m for m in settings.composing_models if m not in query]
-            if missing:
-                problems.append(f"prometheus-adapter rule {rule.get('name')}: queue time ignores {missing}")
+            if f'model=~"{settings.step_regex()}"' not in query:
+                problems.append(f"prometheus-adapter rule {rule.get('name')}: queue time ignores some steps: it "
+                                f'must read model=~"{settings.step_regex()}" (every version\'s)')
     if not wanted <= served:
         problems.append(f"HorizontalPodAutoscaler/triton: metrics {sorted(wanted - served)} are served by no adapter rule")
     return problems

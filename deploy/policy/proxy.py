@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from deploy import sizing
+from deploy import commands, sizing
 from deploy.settings import Settings
 
 
@@ -46,7 +46,7 @@ def canary_violations(conf: str, settings: Settings, where: str = "proxy/nginx.c
     text = "\n".join(line.split("#", 1)[0] for line in conf.splitlines())
     splits = re.findall(r"split_clients\s+(.*?)\s*\{\s*$", text, re.MULTILINE)
     if settings.canary_percent <= 0:
-        return [f"{where}: a split_clients without canary_percent in the settings"] if splits else []
+        return _rollout_split_violations(text, splits, settings, where)
     share = f'{settings.canary_percent:g}% "{settings.canary_model}";'
     rewrite = "^ /v2/models/$ensemble_target/infer break"
     if ([s.strip() for s in splits] != ['"${request_id}" $ensemble_target'] or share not in text
@@ -56,3 +56,23 @@ def canary_violations(conf: str, settings: Settings, where: str = "proxy/nginx.c
                 f"{settings.canary_percent:g}% of /v2/models/{settings.model_name}/infer to {settings.canary_model} "
                 f"and the rest to {settings.model_name}"]
     return []
+
+
+def _rollout_split_violations(text: str, splits: list[str], settings: Settings, where: str) -> list[str]:
+    """Without a rendered canary: the rollout's split (deploy/routing.py), 100 buckets of 1 %, alias by default,
+    the candidate only where the rollout published its bucket under the routing folder."""
+    buckets = re.findall(r'^\s*1% "(\d+)";\s*$', text, re.MULTILINE)
+    want_buckets = [str(b) for b in range(commands.CANARY_BUCKETS - 1)]
+    found = [
+        [s.strip() for s in splits] == ['"${request_id}" $canary_bucket'],
+        buckets == want_buckets and f'* "{commands.CANARY_BUCKETS - 1}";' in text,
+        f"root {commands.ROUTING_DIR}/canary;" in text,
+        f'set $ensemble_target "{settings.model_name}";' in text,
+        "if (-f $document_root/$canary_bucket)" in text,
+        _directives(text, "rewrite") == ["^ /v2/models/$ensemble_target/infer break"],
+        f"location = /v2/models/{settings.model_name}/infer" in text,
+    ]
+    if all(found):
+        return []
+    return [f"{where}: the rollout's split must send /v2/models/{settings.model_name}/infer to {settings.model_name} "
+            f"unless {commands.ROUTING_DIR}/canary/<bucket of 100> exists (deploy/routing.py)"]

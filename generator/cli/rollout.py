@@ -8,10 +8,14 @@ import json
 import os
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from generator.errors import GeneratorError
 from generator.operate.admin import ModelControl
 from generator.operate.rollout.decision import Thresholds
+
+if TYPE_CHECKING:
+    from generator.operate.rollout.workflow import RolloutSettings
 from generator.serving.contract import ADMIN_TOKEN_ENV
 
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -25,6 +29,7 @@ _HELP = {
     "max_detections_distance": "largest gap between the detections-per-image distributions (KS, 0..1)",
     "max_score_distance": "largest gap between the score distributions (KS, 0..1)",
     "min_agreement": "matched detections on the mirrored control images (F1 at IoU 0.5), at least",
+    "max_label_map_drop": "with --control-labels: mAP@0.5 on the labelled control images the canary may lose",
 }
 
 
@@ -34,6 +39,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Triton's HTTP endpoint host:port (started with --model-control explicit)")
     parser.add_argument("--metrics-url", default="127.0.0.1:8002", help="Triton's metrics endpoint host:port")
     parser.add_argument("--admin-key", default=None, help=f"the admin API key (default: ${ADMIN_TOKEN_ENV})")
+    parser.add_argument("--admin-key-file", type=Path, default=None,
+                        help="read the admin API key from this file (a mounted secret)")
     parser.add_argument("--route-file", type=Path, default=None,
                         help="where the stable/canary split is published for clients (default: "
                              "routing.json in the repository)")
@@ -46,8 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate", type=int, default=None, help="version to try (default: the newest candidate)")
     parser.add_argument("--canary-percent", type=float, default=10.0, help="share of requests sent to the candidate")
     parser.add_argument("--window-s", type=float, default=60.0, help="seconds of traffic compared")
+    parser.add_argument("--watch-s", type=float, default=None,
+                        help="after a promotion, seconds the new stable version is watched against the one before "
+                             "it, rolled back on degradation (default: --window-s; 0: no watch)")
+    parser.add_argument("--infer-url", default=None,
+                        help="where the control images are sent (default: http:// + --url; grpc://HOST:PORT)")
     parser.add_argument("--control-images", type=Path, default=None,
-                        help="folder of images sent to both versions and compared (default: 8 synthetic scenes)")
+                        help="folder of your images sent to both versions and compared (default: the demo's 8 "
+                             "synthetic scenes)")
+    parser.add_argument("--control-labels", type=Path, default=None,
+                        help="COCO JSON labels of --control-images (category_id = class index): both versions' "
+                             "mAP@0.5 on them is checked and recorded")
     parser.add_argument("--record", type=Path, default=None,
                         help="also write the decision record here (it is always kept beside the candidate)")
     defaults = Thresholds()
@@ -56,9 +72,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             default=getattr(defaults, spec.name), help=_HELP[spec.name])
 
 
+def admin_key(args: argparse.Namespace) -> str | None:
+    """--admin-key, else the file --admin-key-file names, else $TRITON_ADMIN_TOKEN."""
+    if args.admin_key:
+        return str(args.admin_key)
+    if args.admin_key_file is not None:
+        try:
+            key = args.admin_key_file.read_text().strip()
+        except OSError as exc:
+            raise GeneratorError(f"--admin-key-file {args.admin_key_file}: {exc}") from None
+        if not key:
+            raise GeneratorError(f"--admin-key-file {args.admin_key_file} is empty")
+        return key
+    return os.environ.get(ADMIN_TOKEN_ENV)
+
+
 def control_from_args(args: argparse.Namespace) -> ModelControl:
-    return ModelControl(args.url.removeprefix("http://"), args.metrics_url.removeprefix("http://"),
-                        args.admin_key or os.environ.get(ADMIN_TOKEN_ENV))
+    return ModelControl(args.url.removeprefix("http://"), args.metrics_url.removeprefix("http://"), admin_key(args))
+
+
+def control_set(folder: Path | None, labels: Path | None = None
+                ) -> tuple[tuple[bytes, ...], dict[str, object], dict[str, Any] | None]:
+    """The control images, what the record says about them (the user's folder: file names and a digest; or the
+    demo's synthetic scenes) and their COCO labels when given."""
+    import hashlib
+
+    if folder is None:
+        if labels is not None:
+            raise GeneratorError("--control-labels needs --control-images (the folder they label)")
+        images = control_images(None)
+        return images, {"source": "synthetic", "images": len(images), "sha256": _digest(images),
+                        "note": "the demo's 8 synthetic scenes: pass --control-images with images of your domain"}, None
+    from generator.evaluation.gate import folder_control_set
+
+    chosen = folder_control_set(folder, labels)  # every image decodes, every label names a file of the folder
+    images = tuple(chosen.data)
+    names = [str(record["file_name"]) for record in chosen.images]
+    source: dict[str, object] = {
+        "source": "user", "folder": str(folder), "images": len(images), "sha256": _digest(images),
+        "files": names[:50], "labelled": labels is not None,
+        **({"labels": str(labels), "labels_sha256": hashlib.sha256(labels.read_bytes()).hexdigest(),
+            "annotations": len(chosen.labels["annotations"]) if chosen.labels else 0} if labels else {})}
+    return images, source, chosen.labels
+
+
+def _digest(images: tuple[bytes, ...]) -> str:
+    import hashlib
+
+    return hashlib.sha256(b"".join(hashlib.sha256(image).digest() for image in images)).hexdigest()
 
 
 def control_images(folder: Path | None) -> tuple[bytes, ...]:
@@ -78,20 +139,36 @@ def control_images(folder: Path | None) -> tuple[bytes, ...]:
     return images
 
 
-def run(args: argparse.Namespace) -> int:
-    from generator.operate.rollout.workflow import RolloutSettings, rollout
+def settings_from_args(args: argparse.Namespace, **extra: object) -> RolloutSettings:
+    """The rollout's settings from its flags (``extra``: what a caller adds, e.g. deploy's route publisher)."""
+    from generator.operate.rollout.workflow import RolloutSettings
 
     if not 0 < args.canary_percent <= 100 or args.window_s <= 0:
         raise GeneratorError("--canary-percent must be within (0, 100] and --window-s above 0")
+    watch_s = args.window_s if args.watch_s is None else args.watch_s
+    if watch_s < 0:
+        raise GeneratorError("--watch-s must be 0 (no watch) or more")
     thresholds = Thresholds(**{f.name: getattr(args, f.name) for f in fields(Thresholds)})
-    settings = RolloutSettings(
-        repository=args.model_repository, control=control_from_args(args), infer_url=f"http://{args.url}",
-        control_images=control_images(args.control_images), canary_percent=args.canary_percent,
-        window_s=args.window_s, drain_s=args.drain_s, candidate=args.candidate, thresholds=thresholds,
-        route_file=args.route_file)
-    record = rollout(settings)
+    images, source, truth = control_set(args.control_images, args.control_labels)
+    return RolloutSettings(
+        repository=args.model_repository, control=control_from_args(args),
+        infer_url=args.infer_url or f"http://{args.url.removeprefix('http://')}", control_images=images,
+        canary_percent=args.canary_percent, window_s=args.window_s, drain_s=args.drain_s, candidate=args.candidate,
+        thresholds=thresholds, route_file=args.route_file, watch_s=watch_s, control_source=source,
+        control_truth=truth,
+        **extra)  # type: ignore[arg-type]
+
+
+def report(record: dict[str, object], args: argparse.Namespace) -> int:
+    """Print the record (and write it where --record says); exit 0 for a promotion kept, 3 for any rollback."""
     text = json.dumps(record, indent=2)
     if args.record is not None:
         args.record.write_text(text + "\n")
     print(text)
     return 0 if record["action"] == "promote" else 3
+
+
+def run(args: argparse.Namespace) -> int:
+    from generator.operate.rollout.workflow import rollout
+
+    return report(rollout(settings_from_args(args)), args)

@@ -30,6 +30,7 @@ from generator.repository.manifest import (
 )
 from generator.repository.versions import (
     INDEX_NAME,
+    PROGRESS_NAME,
     ROUTE_NAME,
     RepositoryIndex,
     legacy_index,
@@ -199,7 +200,8 @@ def _pinned_version(config: Path) -> int | None:
 
 def stray_entries(repository: Path, index: RepositoryIndex) -> list[Mismatch]:
     """Top-level entries that belong to no version, the alias or the index: Triton may load them."""
-    known = {INDEX_NAME, ROUTE_NAME, index.name, *(m for v in index.versions for m in version_models(index.name, v))}
+    known = {INDEX_NAME, ROUTE_NAME, PROGRESS_NAME, index.name,
+             *(m for v in index.versions for m in version_models(index.name, v))}
     if legacy_index(repository):
         known.add("manifest.json")  # the index as it was named before versions.json
     return [Mismatch("file_added", entry.name, f"{entry.name} belongs to no version of '{index.name}' "

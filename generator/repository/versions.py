@@ -34,6 +34,7 @@ from generator.serving.contract import STEPS, step_model_name
 INDEX_NAME = "versions.json"
 LEGACY_INDEX_NAME = "manifest.json"  # where repositories built before the index had its own name keep it
 ROUTE_NAME = "routing.json"  # the split the rollout publishes for clients (clients/canary.py)
+PROGRESS_NAME = "rollout.json"  # the rollout under way, so that the next one finishes an interrupted one safe
 LAYOUT = "versioned"
 VERSION_MANIFEST = MANIFEST_NAME  # inside the version's ensemble folder
 ALIAS_VERSION = 1  # the alias ensemble's own (only) version folder

@@ -654,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 f"({', '.join(RESTART_REASONS)})")
     supervise.add_argument("--restart-grace-s", type=float,
                            help="SIGTERM to SIGKILL of an unhealthy server (default: --grace-s)")
+    supervise.add_argument("--explicit", action="store_true",
+                           help="the server runs --model-control-mode=explicit: a stub gone with its model's unload "
+                                "is no loss")
     supervise.add_argument("command", nargs=argparse.REMAINDER, help="-- tritonserver ARGS...")
     return parser
 
@@ -676,7 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         restart_on = [reason for reason in args.restart_on.split(",") if reason]
         metrics = WatchdogMetrics(args.state_file)
         supervisor = Supervisor(launch_command(command), args.url, args.model, policy, metrics=metrics,
-                                restart_on=restart_on)
+                                restart_on=restart_on, explicit=args.explicit)
         if args.metrics_port:
             serve_metrics(metrics, args.metrics_address, args.metrics_port, gpu_series(supervisor))
         supervisor.install_signal_handlers()

@@ -180,3 +180,24 @@ def test_a_build_killed_at_any_moment_leaves_the_old_or_the_new_repository(tmp_p
           f"run {total:.2f} s")
     assert outcomes["killed while writing"] >= 3 and outcomes["new"] >= 1, outcomes
     shutil.rmtree(volume)
+
+
+def test_versioned_builds_add_a_version_beside_the_stable_one_and_reuse_a_built_key(tmp_path: Path) -> None:
+    """--versioned (what compose and Kubernetes run): the first build is stable, new settings add a candidate,
+    the same settings reuse their version; `current` moves once, from a classic build to the versioned repository."""
+    from generator.repository.versions import read_index
+
+    volume = tmp_path / "models"
+    volume.mkdir()
+    classic = install(volume, LINK, _flags())  # a volume from before versions: current -> build-<key>
+    repository, first = build_models.install_version(volume, LINK, _flags())
+    assert (first, (volume / LINK).resolve()) == (1, repository.resolve())
+    assert classic.is_dir()  # the previous repository stays until the next build: a running Triton may read it
+    _, again = build_models.install_version(volume, LINK, _flags())
+    assert again == 1 and sorted(read_index(repository).versions) == [1]  # type: ignore[union-attr]
+    _, second = build_models.install_version(volume, LINK, _flags(max_detections=50))
+    index = read_index(repository)
+    assert second == 2 and index is not None and index.stable == 1 and index.versions[2].state == "candidate"
+    assert not classic.exists() and _check(volume / LINK) == 0
+    with pytest.raises(VolumeError, match="--version"):
+        build_models.install_version(volume, LINK, [*_flags(), "--version", "3"])

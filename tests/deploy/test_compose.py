@@ -146,7 +146,8 @@ def test_triton_flags_restrict_admin_apis_on_both_protocols(compose: dict[str, A
             groups, _, header = value.partition(":")
             assert set(groups.split(",")) == set(ADMIN_API_GROUPS)
             assert header == f"admin-key={CHECK_SECRETS['TRITON_ADMIN_TOKEN']}"
-        for flag in ("--allow-sagemaker=false", "--allow-vertex-ai=false", "--model-control-mode=none",
+        for flag in ("--allow-sagemaker=false", "--allow-vertex-ai=false", "--model-control-mode=explicit",
+                     "--load-model=yolo",
                      "--strict-readiness=true", "--exit-on-error=true", "--disable-auto-complete-config",
                      "--http-address=127.0.0.1", "--grpc-address=127.0.0.1"):
             assert flag in command
@@ -309,8 +310,9 @@ def test_each_rule_catches_its_regression(compose: dict[str, Any], env: dict[str
         (lambda c: [a.replace("trace,logging:", "trace:") for a in c], "restricts"),
         (lambda c: [a.replace("admin-key=check-token", "admin-key=") for a in c], ":admin-key=<token>"),
         (lambda c: [a for a in c if a != "--allow-vertex-ai=false"], "--allow-vertex-ai=false"),
-        (lambda c: [a.replace("=none", "=explicit") if a.startswith("--model-control") else a for a in c],
-         "--model-control-mode=none"),
+        (lambda c: [a.replace("=explicit", "=none") if a.startswith("--model-control") else a for a in c],
+         "--model-control-mode=explicit"),
+        (lambda c: [a for a in c if not a.startswith("--load-model")], "--load-model"),
         (lambda c: [a for a in c if not a.startswith("--http-max-input-size")], "--http-max-input-size"),
         (lambda c: [a for a in c if not a.startswith("--grpc-address")], "--grpc-address=127.0.0.1"),
         (lambda c: [a.replace("=127.0.0.1", "=0.0.0.0") if a.startswith("--http-address") else a for a in c],
@@ -368,7 +370,7 @@ def test_the_gpu_preprocess_installs_its_extra_sizes_the_cuda_pool_and_reaches_t
     settings = Settings(preprocess_device="gpu", nms_in_graph=True)
     rendered = render_all(settings)
     assert '"/opt/project[serve,gpu]"' in rendered["docker/triton.Dockerfile"]
-    assert '"/opt/project[build,gpu]"' in rendered["docker/builder.Dockerfile"]
+    assert '"/opt/project[rollout,gpu]"' in rendered["docker/builder.Dockerfile"]
     assert '"/opt/project[loadtest]"' in rendered["docker/loadtest.Dockerfile"]
     write_rendered(rendered, tmp_path)
     assert run_checks(tmp_path, settings) == []
@@ -385,3 +387,18 @@ def test_the_gpu_preprocess_installs_its_extra_sizes_the_cuda_pool_and_reaches_t
     problems = run_checks(tmp_path, settings, check_drift=False)
     for expected in ("[serve,gpu]", "--cuda-memory-pool-byte-size", "--preprocess-device", "--nms-in-graph"):
         assert any(expected in p for p in problems), expected
+
+
+@pytest.mark.parametrize("profiles", [("gpu", "gpu-rollout", "monitoring", "loadtest"),
+                                      ("cpu", "monitoring", "loadtest", "cpu-rollout")])
+def test_every_service_a_profile_set_enables_finds_what_it_depends_on(compose: dict[str, Any],
+                                                                      profiles: tuple[str, ...]) -> None:
+    """Compose refuses a project (down included) where an enabled service depends on a disabled one: each
+    stack's rollout has its own profile for that reason. The CPU set is what `down --local` enables."""
+    from deploy.local.stack import PROFILES
+
+    assert set(profiles) == set(PROFILES) or "gpu" in profiles
+    enabled = {name for name, svc in compose["services"].items() if set(svc.get("profiles") or []) & set(profiles)}
+    for name in enabled:
+        needs = set(compose["services"][name].get("depends_on") or {})
+        assert needs <= enabled, f"{name} depends on {sorted(needs - enabled)}, not enabled by {profiles}"

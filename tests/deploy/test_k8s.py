@@ -88,7 +88,7 @@ def test_deployment_gpu_probes_shm_and_token(k8s_docs: Docs, settings: Settings)
     # preStop (5 s) + watchdog drain (40 s) + margin: the kubelet never cuts a drain short.
     assert pod["terminationGracePeriodSeconds"] == 50
     (init,) = pod["initContainers"]
-    assert init["args"][:3] == ["--volume=/models", "--link=current", "--"]
+    assert init["args"][:4] == ["--volume=/models", "--link=current", "--versioned", "--"]
     assert init["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 

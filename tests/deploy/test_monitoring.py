@@ -31,8 +31,8 @@ def test_dashboard_covers_rate_latency_queue_failures_and_gpu(dashboard: dict[st
     for q in ("0.5", "0.95", "0.99"):
         assert any(f'quantile="{q}"' in e and "nv_inference_request_summary_us" in e for e in latency)
     queue = _exprs(dashboard, "queue time per composing model")
-    for model in settings.composing_models:
-        assert any(model in e and "nv_inference_queue_duration_us" in e for e in queue)
+    # Every version's steps (the stack serves a versioned repository): yolo_v1_nms, yolo_v2_nms, a classic yolo_nms.
+    assert any(f'model=~"{settings.step_regex()}"' in e and "nv_inference_queue_duration_us" in e for e in queue)
     assert any("nv_inference_request_failure" in e for e in _exprs(dashboard, "failures"))
     assert any("gpu_utilization_ratio" in e for e in _exprs(dashboard, "GPU utilisation"))
     assert any("gpu_memory_used_bytes" in e for e in _exprs(dashboard, "GPU memory"))
@@ -44,7 +44,7 @@ def test_dashboard_covers_rate_latency_queue_failures_and_gpu(dashboard: dict[st
 
 
 def test_dashboard_shows_the_quality_telemetry_per_version(dashboard: dict[str, Any], settings: Settings) -> None:
-    nms, pre = f'model="{settings.model_name}_nms"', f'model="{settings.model_name}_preprocess"'
+    nms, pre = f'model=~"{settings.step_regex("nms")}"', f'model=~"{settings.step_regex("preprocess")}"'
     outputs = _exprs(dashboard, "Empty and capped outputs")
     assert any("ensemble_empty_outputs_total" in e and nms in e and "by (version)" in e for e in outputs)
     assert any("ensemble_capped_outputs_total" in e for e in outputs)

@@ -56,23 +56,26 @@ def test_the_images_extras_exist_and_the_builder_installs_no_http_client_or_locu
     assert extras_violations(read_pyproject()) == []
 
 
-def test_extras_rule_catches_a_client_in_the_builder_image() -> None:
+def test_extras_rule_catches_locust_in_the_builder_image() -> None:
     pyproject = {"project": {
         "dependencies": ["numpy>=1.24", "tritonclient[all]==2.73.0"],
-        "optional-dependencies": {"serve": ["opencv-python-headless"], "build": ["locust<2.19"]},
+        "optional-dependencies": {"serve": ["opencv-python-headless"], "build": [],
+                                  "rollout": ["triton-detection-ensemble[build,client]"], "client": ["locust<2.19"]},
     }}
     problems = extras_violations(pyproject)
     assert any("[loadtest] extra" in p for p in problems)
-    assert any("tritonclient[all]" in p for p in problems) and any("locust" in p for p in problems)
-    grpc_only = {"project": {"dependencies": ["tritonclient[grpc]==2.73.0"],
-                             "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": []}}}
-    assert extras_violations(grpc_only) == []
+    assert any("locust" in p and "[rollout]" in p for p in problems)  # followed through the project's own extras
+    clean = {"project": {"dependencies": ["tritonclient[grpc]==2.73.0"],
+                         "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": [], "rollout": [],
+                                                   "client": ["tritonclient[grpc,http]==2.73.0"]}}}
+    assert extras_violations(clean) == []
 
 
 def test_the_opencv_floor_carries_the_libwebp_fix() -> None:
     def project(opencv: str) -> dict[str, object]:
         return {"project": {"dependencies": [opencv],
-                            "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": []}}}
+                            "optional-dependencies": {"serve": [], "build": [], "loadtest": [], "gpu": [],
+                                                      "rollout": []}}}
 
     assert extras_violations(project("opencv-python-headless>=4.8.1.78,<4.12")) == []
     for old in ("opencv-python-headless>=4.8,<4.12", "opencv-python-headless<4.12", "opencv-python>=4.8.0.76"):
@@ -91,7 +94,7 @@ def test_a_canary_share_renders_a_weighted_split_that_nginx_accepts(tmp_path: Pa
     assert proxy_violations(conf, settings) == []
     assert 'split_clients "${request_id}" $ensemble_target' in conf and '12.5% "yolo_v3";' in conf
     assert any("split_clients sending 12.5%" in p for p in proxy_violations(conf.replace("12.5%", "50%"), settings))
-    assert any("split_clients without canary_percent" in p for p in proxy_violations(conf, Settings()))
+    assert any("the rollout's split must send" in p for p in proxy_violations(conf, Settings()))
     proxy = tmp_path / "proxy"
     proxy.mkdir()
     (proxy / "nginx.conf").write_text(conf)

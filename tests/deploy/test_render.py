@@ -65,9 +65,8 @@ def test_one_place_changes_every_file(tmp_path: Path) -> None:
     for name in ("docker-compose.yml", "k8s/deployment.yaml"):
         assert "--model=det" in rendered[name] and '"--model", "det"' in rendered[name]  # watchdog and probes
         assert '"--name"\n' in rendered[name] or '- "--name"' in rendered[name]
-    for model in settings.composing_models:
-        assert model in rendered["monitoring/grafana/dashboards/triton.json"]
-        assert model in rendered["k8s/prometheus-adapter-rules.yaml"]
+    assert "det(_v[0-9]+)?_(preprocess|detector|nms)" in rendered["monitoring/grafana/dashboards/triton.json"]
+    assert "det(_v[0-9]+)?_(preprocess|detector|nms)" in rendered["k8s/prometheus-adapter-rules.yaml"]
     assert "TRITON_RELEASE=25.11" in rendered[".env"]
     assert "ARG TRITON_RELEASE=25.11" in rendered["docker/triton.Dockerfile"]
     assert "ARG TRITON_RELEASE=25.11" in rendered["docker/builder.Dockerfile"]
@@ -85,7 +84,7 @@ def test_builder_builds_for_each_target_with_the_settings() -> None:
     settings = Settings()
     for target, precision in (("tensorrt", settings.precision), ("onnxruntime", settings.cpu_precision)):
         command = builder_command(settings, target)
-        assert command[:3] == ["--volume=/models", "--link=current", "--"]
+        assert command[:4] == ["--volume=/models", "--link=current", "--versioned", "--"]
         build = " ".join(command[3:])
         for flag in (f"--target {target}", f"--name {settings.model_name}", f"--precision {precision}",
                      f"--max-batch {settings.max_batch}", f"--max-image-bytes {settings.max_image_bytes}",
@@ -113,9 +112,9 @@ def test_kubernetes_runs_the_proxy_config_the_tests_run() -> None:
 def test_images_install_their_extra_and_nothing_of_the_others() -> None:
     rendered = render_all(Settings())
     assert '"/opt/project[serve]"' in rendered["docker/triton.Dockerfile"]
-    assert '"/opt/project[build]"' in rendered["docker/builder.Dockerfile"]
+    assert '"/opt/project[rollout]"' in rendered["docker/builder.Dockerfile"]
     assert '"/opt/project[loadtest]"' in rendered["docker/loadtest.Dockerfile"]
-    assert "COPY clients" not in rendered["docker/builder.Dockerfile"]
+    assert "COPY loadtest" not in rendered["docker/builder.Dockerfile"]  # the rollout's clients are copied in
     assert "COPY loadtest" not in rendered["docker/triton.Dockerfile"]
 
 

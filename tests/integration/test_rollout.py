@@ -4,6 +4,7 @@ built to return nothing rolled back by the rollout itself. The time each took is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -177,3 +178,66 @@ def test_a_candidate_triton_refuses_to_load_is_rolled_back_before_any_traffic(ve
     index = read_index(repository)
     assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
     assert json.loads((repository / "routing.json").read_text())["canary"] is None
+
+
+def test_a_rollout_killed_in_its_window_is_ended_safe_by_the_next_one(versioned, demo_onnx) -> None:
+    """The rollout's process SIGKILLed while the canary is routed to and loaded: the next rollout finds its phase
+    in rollout.json, routes everything to the alias, unloads the candidate and records the interruption."""
+    repository, serve = versioned
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    command = [sys.executable, "-m", "generator", "rollout", "--model-repository", str(repository),
+               "--url", serve.http_url, "--metrics-url", f"127.0.0.1:{serve.metrics_port}", "--window-s", "120"]
+    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "TRITON_ADMIN_TOKEN": KEY},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while json.loads((repository / ROUTE_NAME).read_text()).get("canary") is None:
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    process.kill()
+    process.wait()
+    assert json.loads((repository / "rollout.json").read_text())["phase"] == "observing"
+    assert "yolo_v2" in control(serve).loaded()
+    record = rollout(settings(repository, serve))
+    assert (record["action"], record["failed"], record["phase"], record["candidate"]) == (
+        "rollback", ["interrupted"], "observing", 2)
+    assert json.loads((repository / ROUTE_NAME).read_text())["canary"] is None
+    assert not (repository / "rollout.json").exists()
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
+    assert "yolo_v2" not in control(serve).loaded() and "yolo" in control(serve).loaded()
+
+
+def test_the_watch_after_a_promotion_moves_the_alias_back_when_the_answers_degrade(versioned, demo_onnx,
+                                                                                  scenes) -> None:
+    """A candidate that passes its canary window is promoted; while it is watched the traffic turns into images
+    it finds nothing in (what a model that stopped seeing looks like from outside): the watch compares with the
+    window the old version had, sees the empty share jump and moves the alias back by itself, without a failed
+    request."""
+    repository, serve = versioned
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    blank = encode(np.full((480, 640, 3), 114, np.uint8), ".jpg")
+    watched = dataclasses.replace(settings(repository, serve), watch_s=WINDOW_S)
+    with SteadyLoad(serve.grpc_url, repository / ROUTE_NAME, scenes) as load:
+        time.sleep(1.0)
+        done: dict[str, object] = {}
+        thread = threading.Thread(target=lambda: done.update(rollout(watched)))
+        thread.start()
+        while thread.is_alive() and _phase(repository) != "watching":
+            time.sleep(0.1)
+        load.images[:] = [blank]
+        thread.join(timeout=300)
+    watch = done["watch"]
+    print(f"\nwatch: {watch['action']} (failed {watch['failed']}), {load.answered} requests answered {load.counts}")
+    assert done["action"] == "rollback_after_promotion" and watch["action"] == "rollback"  # type: ignore[index]
+    assert "empty_share" in watch["failed"]  # type: ignore[index]
+    assert load.errors == [], load.errors[:5]
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
+    assert "yolo_v2" not in control(serve).loaded() and {"yolo", "yolo_v1"} <= control(serve).loaded()
+
+
+def _phase(repository: Path) -> str | None:
+    try:
+        return str(json.loads((repository / "rollout.json").read_text())["phase"])
+    except (OSError, ValueError, KeyError):
+        return None

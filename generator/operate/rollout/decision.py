@@ -31,10 +31,11 @@ class Thresholds:
     max_detections_distance: float = 0.20  # largest gap between the two cumulative distributions (0..1)
     max_score_distance: float = 0.20
     min_agreement: float = 0.90  # mirrored control images: matched detections (F1 at IoU 0.5, same class)
+    max_label_map_drop: float = 0.05  # labelled control images: mAP@0.5 the canary may lose against stable
 
     def __post_init__(self) -> None:
         unit = ("max_error_rate_increase", "max_empty_share_increase", "max_capped_share_increase",
-                "max_detections_distance", "max_score_distance", "min_agreement")
+                "max_detections_distance", "max_score_distance", "min_agreement", "max_label_map_drop")
         for name in unit:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ThresholdError(f"--{name.replace('_', '-')} must be within 0..1, got {getattr(self, name)}")
@@ -85,8 +86,10 @@ def _within(name: str, stable: float | None, canary: float | None, increase: flo
     return Check(name, stable, canary, f"canary - stable <= {increase:g}", passed)
 
 
-def decide(stable: SideWindow, canary: SideWindow, agreement: float | None, limits: Thresholds) -> Decision:
-    """All checks pass: promote. Any fails: roll back."""
+def decide(stable: SideWindow, canary: SideWindow, agreement: float | None, limits: Thresholds,
+           labelled: tuple[float, float] | None = None) -> Decision:
+    """All checks pass: promote. Any fails: roll back. ``labelled``: both sides' mAP@0.5 on the user's labelled
+    control images (stable, canary), checked when given."""
     checks = [Check("canary_requests", stable.requests, canary.requests, f">= {limits.min_canary_requests}",
                     canary.requests >= limits.min_canary_requests),
               _within("error_rate", stable.error_rate, canary.error_rate, limits.max_error_rate_increase),
@@ -106,6 +109,10 @@ def decide(stable: SideWindow, canary: SideWindow, agreement: float | None, limi
         checks.append(Check(name, 0.0, distance, f"KS distance <= {limit:g}", distance is None or distance <= limit))
     checks.append(Check("control_agreement", 1.0, agreement, f">= {limits.min_agreement:g}",
                         agreement is not None and agreement >= limits.min_agreement))
+    if labelled is not None:
+        checks.append(Check("control_labels_map50", labelled[0], labelled[1],
+                            f"stable - canary <= {limits.max_label_map_drop:g}",
+                            labelled[0] - labelled[1] <= limits.max_label_map_drop))
     action = "promote" if all(c.passed for c in checks) else "rollback"
     return Decision(action, tuple(checks))
 

@@ -75,3 +75,11 @@ def revert(repository: Path, index: RepositoryIndex, record: dict[str, object], 
     back = index.with_state(current, "rolled_back", where).with_state(previous, "stable")
     back = dataclasses.replace(back, stable=previous, previous_stable=None).with_alias(previous, hashes)
     return _update(repository, {**alias, where: _record_bytes(record)}, back)
+
+
+def note(repository: Path, index: RepositoryIndex, version: int, record: dict[str, object],
+         stamp: str) -> RepositoryIndex:
+    """Keep a later record about ``version`` (the watch after its promotion); its state stays as it is."""
+    where = record_path(index, version, stamp)
+    return _update(repository, {where: _record_bytes(record)},
+                   index.with_state(version, index.versions[version].state, where))

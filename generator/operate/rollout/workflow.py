@@ -1,31 +1,47 @@
 """The rollout workflow: load the candidate beside the stable version, give it a share of the traffic, compare
-the two on the same window, then promote or roll back by itself and write the decision record.
+the two on the same window, then promote or roll back by itself and write the decision record; after a promotion,
+optionally watch the new stable version against the one before it and roll back on degradation.
 
     load NAME_vC (explicit model control)  ->  route: C% of the clients' requests to NAME_vC
     scrape, wait --window-s, mirror the control images to both, scrape  ->  decide (decision.py)
     route: everything to NAME  ->  wait for the canary's requests in flight
-    promote: alias NAME -> version C, reload NAME (Triton swaps it when ready), unload the old version
-    rollback: unload NAME_vC; the alias never moved
+    promote: alias NAME -> version C, reload NAME (Triton swaps it when ready)
+    watch (--watch-s): the new stable against the old, still loaded, on the same checks -> keep it or revert
+    then unload the old version (or, rolled back, NAME_vC; the alias never moved)
 
 Nothing is unloaded while requests are pending in it, and clients that still reach an unloaded canary resend to
-the stable model (clients/canary.py), so neither outcome fails a request.
+the stable model (clients/canary.py), so neither outcome fails a request. The phase is kept in the repository
+(progress.py): a rollout whose Triton restarted under it, or that was itself killed, ends safe, the previous
+stable version serving and a decision record saying so, at once or when the next rollout starts.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from clients.canary import Route, write_route
+from clients.errors import ClientError
+from generator.errors import GeneratorError
 from generator.operate.admin import ModelControl, TritonAdminError, TritonRefusedError
 from generator.operate.rollout import state
 from generator.operate.rollout.agreement import agreement
 from generator.operate.rollout.decision import Decision, Thresholds, decide
+from generator.operate.rollout.labelled import map50
 from generator.operate.rollout.mirror import mirror
-from generator.operate.rollout.window import SideModels, parse_scrape, side_window
+from generator.operate.rollout.progress import (
+    Progress,
+    clear_progress,
+    read_progress,
+    started,
+    write_progress,
+)
+from generator.operate.rollout.window import SideModels, SideWindow, parse_scrape, side_window
 from generator.repository.versions import (
     ROUTE_NAME,
     RepositoryIndex,
@@ -37,6 +53,14 @@ from generator.repository.versions import (
 from generator.serving.contract import step_model_name
 
 logger = logging.getLogger(__name__)
+
+Publish = Callable[[Route], None]
+# What a Triton that went away (restarted, killed) or a model that vanished under the rollout looks like.
+_LOST = (TritonAdminError, ClientError)
+
+
+class RolloutInterrupted(GeneratorError):
+    """A model the rollout compares is no longer loaded (Triton restarted, or someone unloaded it)."""
 
 
 @dataclass(frozen=True)
@@ -51,10 +75,22 @@ class RolloutSettings:
     candidate: int | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     route_file: Path | None = None  # default: routing.json in the repository
+    publish: Publish | None = None  # default: write the route to route_path (the deploy stack adds the proxy's)
+    watch_s: float = 0.0  # after a promotion: the new stable against the old one; 0: no watch
+    poll_s: float = 1.0  # how often a window checks that what it compares is still loaded
+    recover_wait_s: float = 180.0  # how long an interrupted rollout waits for Triton to answer again
+    control_source: Mapping[str, object] = field(default_factory=dict)  # what the control images are (record)
+    control_truth: Mapping[str, Any] | None = None  # COCO labels of control_images, in their order
 
     @property
     def route_path(self) -> Path:
         return self.route_file or self.repository / ROUTE_NAME
+
+    def route(self, route: Route) -> None:
+        if self.publish is not None:
+            self.publish(route)
+        else:
+            write_route(self.route_path, route)
 
 
 def _index(repository: Path) -> RepositoryIndex:
@@ -74,67 +110,141 @@ def _stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
 
 
-def _observe(settings: RolloutSettings, index: RepositoryIndex, candidate: int) -> tuple[Decision, dict[str, object]]:
-    """Scrape, let the window pass, mirror the control images, scrape again, decide."""
+def wait_window(control: ModelControl, models: tuple[str, ...], seconds: float, poll_s: float) -> None:
+    """Let ``seconds`` pass, checking every ``poll_s`` that ``models`` are still loaded: a Triton that restarted
+    (it loads only the alias) or a model unloaded by hand ends the window at once."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(poll_s, left))
+        try:
+            missing = sorted(set(models) - control.loaded(timeout_s=10))
+        except TritonAdminError as exc:
+            raise RolloutInterrupted(f"Triton stopped answering during the window: {exc}") from None
+        if missing:
+            raise RolloutInterrupted(f"{', '.join(missing)} no longer loaded during the window (Triton restarted, "
+                                     "or it was unloaded)")
+
+
+@dataclass(frozen=True)
+class Sides:
+    """What one window compares: the reference side (stable before a promotion, the old version after one) and
+    the side under judgement, by the models their traffic enters and the names the control images go to."""
+
+    reference: SideModels
+    judged: SideModels
+    reference_name: str
+    judged_name: str
+    loaded: tuple[str, ...]  # must stay loaded through the window
+
+
+def _observe(settings: RolloutSettings, sides: Sides, seconds: float,
+             reference: SideWindow | None = None) -> tuple[Decision, dict[str, object], SideWindow]:
+    """Scrape, let the window pass, mirror the control images, scrape again, decide. ``reference``: judge
+    against this earlier window instead of the reference side's own traffic (the watch after a promotion)."""
     control = settings.control
-    before, started = parse_scrape(control.scrape()), time.time()
-    time.sleep(settings.window_s)
-    stable_name, canary_name = index.name, version_model(index.name, candidate)
-    mirrored = mirror(settings.infer_url, (stable_name, canary_name), settings.control_images)
+    before, begun = parse_scrape(control.scrape()), time.time()
+    wait_window(control, sides.loaded, seconds, settings.poll_s)
+    mirrored = (mirror(settings.infer_url, (sides.reference_name, sides.judged_name), settings.control_images)
+                if settings.control_images else {})
     # The steps publish their counts once a second: wait for the last of the window to arrive.
     time.sleep(1.5)
     after, ended = parse_scrape(control.scrape()), time.time()
-    stable = side_window(before, after, side_models(index, index.stable, alias=True))
-    canary = side_window(before, after, side_models(index, candidate, alias=False))
-    agreed = agreement(mirrored[stable_name], mirrored[canary_name]) if settings.control_images else None
-    decision = decide(stable, canary, agreed, settings.thresholds)
-    total = stable.requests + canary.requests
+    base = reference if reference is not None else side_window(before, after, sides.reference)
+    judged = side_window(before, after, sides.judged)
+    agreed = agreement(mirrored[sides.reference_name], mirrored[sides.judged_name]) if mirrored else None
+    labelled = None
+    if mirrored and settings.control_truth is not None:
+        labelled = (map50(settings.control_truth, mirrored[sides.reference_name]),
+                    map50(settings.control_truth, mirrored[sides.judged_name]))
+    decision = decide(base, judged, agreed, settings.thresholds, labelled)
+    total = base.requests + judged.requests
     observed = {
-        "window": {"start": started, "end": ended, "seconds": round(ended - started, 3)},
-        "canary_percent": settings.canary_percent,
-        "observed_canary_share": round(100.0 * canary.requests / total, 2) if total else None,
+        "window": {"start": begun, "end": ended, "seconds": round(ended - begun, 3)},
         "control_images": len(settings.control_images),
+        "control": dict(settings.control_source),
         "control_agreement": agreed,
-        "stable": stable.to_json(),
-        "canary": canary.to_json(),
+        "control_labels_map50": None if labelled is None else {"stable": labelled[0], "canary": labelled[1]},
+        "stable": base.to_json(),
+        "canary": judged.to_json(),
     }
-    return decision, observed
+    if reference is None:
+        observed.update(canary_percent=settings.canary_percent,
+                        observed_canary_share=round(100.0 * judged.requests / total, 2) if total else None)
+    return decision, observed, base
 
 
 def rollout(settings: RolloutSettings) -> dict[str, object]:
-    """Run one rollout to its end; returns the decision record (also written beside the candidate's manifest)."""
+    """Run one rollout to its end; returns the decision record (also written beside the candidate's manifest).
+    A rollout left unfinished in the repository is ended safe first (``recover``)."""
+    recovered = recover(settings)
     index = _index(settings.repository)
+    if recovered is not None and settings.candidate is None and not _waiting(index):
+        return recovered  # the interrupted rollout was the one to run: it ended safe
     candidate = settings.candidate if settings.candidate is not None else index.candidate()
     if candidate not in index.versions or candidate == index.stable:
         raise VersionError(f"version {candidate} is not a candidate (stable {index.stable}, versions "
                            f"{', '.join(map(str, index.served))})")
-    control, canary_model = settings.control, version_model(index.name, candidate)
-    timings: dict[str, float] = {}
+    progress = started(index.stable, candidate)
+    write_progress(settings.repository, progress)
     start = time.monotonic()
     try:
-        control.load(canary_model)
+        settings.control.load(version_model(index.name, candidate))
     except TritonRefusedError as exc:
         if exc.status in (401, 403):  # the key, not the candidate: nothing was decided
+            clear_progress(settings.repository)
             raise
         return _refused_load(settings, index, candidate, exc, start)
-    timings["load_s"] = time.monotonic() - start
-    write_route(settings.route_path, Route(index.name, canary_model, settings.canary_percent))
+    timings = {"load_s": time.monotonic() - start}
     try:
-        decision, observed = _observe(settings, index, candidate)
+        record = _trial(settings, index, progress, timings, start)
+    except (RolloutInterrupted, *_LOST) as exc:
+        settings.route(Route(index.name))
+        return _interrupted(settings, progress, exc, start)
+    clear_progress(settings.repository)
+    failed = record.get("failed") or []
+    logger.info("Rollout of version %d: %s%s", candidate, record["action"],
+                f" (failed: {', '.join(map(str, failed))})" if failed else "")  # type: ignore[call-overload]
+    return record
+
+
+def _waiting(index: RepositoryIndex) -> bool:
+    try:
+        index.candidate()
+    except VersionError:
+        return False
+    return True
+
+
+def _trial(settings: RolloutSettings, index: RepositoryIndex, progress: Progress, timings: dict[str, float],
+           start: float) -> dict[str, object]:
+    """The canary's window and what follows from it: promotion (and its watch) or rollback."""
+    control, candidate = settings.control, progress.candidate
+    canary_model = version_model(index.name, candidate)
+    settings.route(Route(index.name, canary_model, settings.canary_percent))
+    sides = Sides(side_models(index, index.stable, alias=True), side_models(index, candidate, alias=False),
+                  index.name, canary_model, (index.name, canary_model))
+    try:
+        decision, observed, baseline = _observe(settings, sides, settings.window_s)
     finally:
-        write_route(settings.route_path, Route(index.name))
+        settings.route(Route(index.name))
     timings["observe_s"] = time.monotonic() - start - timings["load_s"]
     finish = time.monotonic()
     control.wait_idle(version_models(index.name, candidate), settings.drain_s)
     record: dict[str, object] = {"stable": index.stable, "candidate": candidate, **decision.to_json(), **observed}
-    if decision.action == "promote":
-        _promote(settings, index, candidate, record)
-    else:
-        control.unload(canary_model)
+    if decision.action != "promote":
+        _unload(control, version_models(index.name, candidate))
         state.mark_rolled_back(settings.repository, index, candidate, _with_timings(record, timings, finish, start),
                                _stamp())
-    logger.info("Rollout of version %d: %s%s", candidate, decision.action,
-                f" (failed: {', '.join(c.name for c in decision.failed)})" if decision.failed else "")
+        return record
+    if settings.watch_s > 0:  # the old version's own ensemble keeps its steps loaded once the alias moves on
+        control.load(version_model(index.name, index.stable))
+    _promote(settings, index, candidate, record, progress)
+    watch = _watch(settings, progress, baseline) if settings.watch_s > 0 else None
+    if watch is not None:
+        record["watch"] = watch
+        if watch["action"] == "rollback":
+            record["action"] = "rollback_after_promotion"
+    retire(control, index.name, index.stable if record["action"] == "promote" else candidate, settings.drain_s)
     return _with_timings(record, timings, finish, start)
 
 
@@ -150,6 +260,7 @@ def _refused_load(settings: RolloutSettings, index: RepositoryIndex, candidate: 
                                  "failed": ["load"], "error": str(exc),
                                  "timings": {"total_s": round(time.monotonic() - start, 3)}}
     state.mark_rolled_back(settings.repository, index, candidate, record, _stamp())
+    clear_progress(settings.repository)
     logger.info("Rollout of version %d: rollback (Triton refused to load it: %s)", candidate, exc)
     return record
 
@@ -162,12 +273,48 @@ def _with_timings(record: dict[str, object], timings: dict[str, float], finish: 
     return record
 
 
-def _promote(settings: RolloutSettings, index: RepositoryIndex, candidate: int, record: dict[str, object]) -> None:
-    """Move the alias, reload it (the old alias keeps serving until the new one is ready), drop the old stable."""
-    old = index.stable
+def _promote(settings: RolloutSettings, index: RepositoryIndex, candidate: int, record: dict[str, object],
+             progress: Progress) -> None:
+    """Move the alias and reload it (the old alias keeps serving until the new one is ready). The old version
+    stays loaded: the watch compares with it, and a rollback after the promotion needs no load."""
+    write_progress(settings.repository, progress.at("promoting"))
     state.promote(settings.repository, index, candidate, record, _stamp())
     settings.control.load(index.name)
-    retire(settings.control, index.name, old, settings.drain_s)
+
+
+def _watch(settings: RolloutSettings, progress: Progress, baseline: SideWindow) -> dict[str, object]:
+    """The new stable version (all the traffic) against the window the old one had before the promotion, on
+    the same checks; the control images go to both (the old one is still loaded). Degraded or interrupted: the
+    alias goes back to the old version, with a record beside the new one (an interruption: ``recover``)."""
+    write_progress(settings.repository, progress.at("watching"))
+    index = _index(settings.repository)
+    old, new = version_model(index.name, progress.stable), version_model(index.name, progress.candidate)
+    sides = Sides(side_models(index, progress.stable, alias=False), side_models(index, progress.candidate, True),
+                  old, index.name, (index.name, old))
+    decision, observed, _ = _observe(settings, sides, settings.watch_s, reference=baseline)
+    watched = {**decision.to_json(), **observed, "compared": f"{new} after the promotion against {old} before it"}
+    if decision.action == "promote":
+        state.note(settings.repository, index, progress.candidate, {"watch": watched}, _stamp())
+        return {**watched, "action": "keep"}
+    _revert(settings, index, progress.candidate, {"action": "rollback_after_promotion", "watch": watched})
+    logger.info("Watch of version %d: degraded (failed: %s); version %d serves again", progress.candidate,
+                ", ".join(c.name for c in decision.failed), progress.stable)
+    return {**watched, "action": "rollback"}
+
+
+def _revert(settings: RolloutSettings, index: RepositoryIndex, version: int, record: dict[str, object]) -> None:
+    """The alias back to the version stable before ``version`` (loaded again if a restart dropped it)."""
+    reverted = state.revert(settings.repository, index, {**record, "rolled_back": version}, _stamp())
+    settings.control.load(version_model(index.name, reverted.stable))
+    settings.control.load(index.name)
+
+
+def _unload(control: ModelControl, models: tuple[str, ...]) -> None:
+    """Unload each of ``models`` that is loaded (after a restart some are not)."""
+    loaded = control.loaded(timeout_s=10)
+    for model in models:
+        if model in loaded:
+            control.unload(model)
 
 
 def retire(control: ModelControl, name: str, version: int, drain_s: float) -> None:
@@ -175,20 +322,66 @@ def retire(control: ModelControl, name: str, version: int, drain_s: float) -> No
     control.wait_idle(version_models(name, version), drain_s)
     # Each model by name: unload_dependents reaches the steps only when the version's own ensemble was loaded,
     # and the alias (which used them) has moved on.
-    for model in version_models(name, version):
-        control.unload(model)
+    _unload(control, version_models(name, version))
 
 
-def rollback(repository: Path, control: ModelControl, route_file: Path | None = None, drain_s: float = 10.0
-             ) -> dict[str, object]:
+def _wait_for_triton(control: ModelControl, timeout_s: float) -> None:
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            control.loaded(timeout_s=10)
+            return
+        except TritonAdminError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(1.0)
+
+
+def _interrupted(settings: RolloutSettings, progress: Progress, exc: Exception, start: float) -> dict[str, object]:
+    """The window could not finish: end safe now (Triton may still be restarting: wait for it)."""
+    logger.warning("Rollout of version %d interrupted: %s", progress.candidate, exc)
+    _wait_for_triton(settings.control, settings.recover_wait_s)
+    record = recover(settings, reason=f"{type(exc).__name__}: {exc}") or {}
+    record.setdefault("timings", {"total_s": round(time.monotonic() - start, 3)})
+    return record
+
+
+def recover(settings: RolloutSettings, reason: str | None = None) -> dict[str, object] | None:
+    """End a rollout left unfinished in the repository (``rollout.json``), safe: the version stable before it
+    serves, the route on the alias, the candidate unloaded and marked rolled back, the decision recorded."""
+    progress = read_progress(settings.repository)
+    if progress is None:
+        return None
+    index = _index(settings.repository)
+    name, candidate = index.name, progress.candidate
+    settings.route(Route(name))
+    record: dict[str, object] = {
+        "stable": progress.stable, "candidate": candidate, "action": "rollback", "failed": ["interrupted"],
+        "phase": progress.phase, "error": reason or "the rollout stopped before its decision was carried out "
+        "(its process or container was stopped); found by the next rollout"}
+    if index.stable == candidate:  # promoted, not yet watched to the end: the one before it serves again
+        _revert(settings, index, candidate, record)
+        retire(settings.control, name, candidate, settings.drain_s)
+    elif candidate in index.versions and index.versions[candidate].state == "candidate":
+        _unload(settings.control, version_models(name, candidate))
+        state.mark_rolled_back(settings.repository, index, candidate, record, _stamp())
+    clear_progress(settings.repository)
+    logger.info("Rollout of version %d ended safe after an interruption (%s); version %d serves", candidate,
+                progress.phase, progress.stable)
+    return record
+
+
+def rollback(repository: Path, control: ModelControl, route_file: Path | None = None, drain_s: float = 10.0,
+             publish: Publish | None = None) -> dict[str, object]:
     """The manual rollback: stop a canary that is still routed to, or else undo the last promotion."""
     index = _index(repository)
     route_path = route_file or repository / ROUTE_NAME
+    route = publish or (lambda r: write_route(route_path, r))
     start = time.monotonic()
     canary = _routed_canary(route_path, index)
     record: dict[str, object] = {"action": "manual_rollback", "stable": index.stable}
     if canary is not None:
-        write_route(route_path, Route(index.name))
+        route(Route(index.name))
         retire(control, index.name, canary, drain_s)
         state.mark_rolled_back(repository, index, canary, {**record, "candidate": canary}, _stamp())
         record["rolled_back"] = canary

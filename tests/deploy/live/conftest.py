@@ -28,7 +28,7 @@ from deploy.local import stack as local_stack
 from deploy.local.engine import EngineError, check_engine
 
 REPO = Path(__file__).resolve().parents[3]
-ORDER = ("test_serving", "test_monitoring", "test_loadtest", "test_faults")
+ORDER = ("test_serving", "test_monitoring", "test_loadtest", "test_rollout", "test_faults")
 PROJECT = f"tde-live-{os.getpid()}"
 UP_TIMEOUT_S = 2400
 
@@ -114,6 +114,19 @@ class LiveStack:
 
     def status(self) -> str:
         return self.compose("ps", "--all", "--format", "{{.Service}} {{.Status}}").stdout.replace("\n", "; ")
+
+    def read_json(self, path: str) -> Any:
+        """A JSON file of the models volume, read inside the Triton container."""
+        return json.loads(self.exec("triton-cpu", "cat", path).stdout)
+
+    def index(self) -> dict[str, Any]:
+        """The versioned repository's index (versions.json) the stack serves."""
+        return dict(self.read_json("/models/current/versions.json"))
+
+    def stable_manifest(self) -> dict[str, Any]:
+        """The manifest of the version the alias serves."""
+        index = self.index()
+        return dict(self.read_json(f"/models/current/{index['name']}_v{index['stable']}/manifest.json"))
 
     def host_pids(self, service: str, needle: str) -> list[int]:
         """Host PIDs of the service's processes whose command line contains ``needle`` (``docker top``)."""

@@ -48,7 +48,9 @@ def _wait(what: str, condition: object, timeout_s: float) -> float:
 
 def test_a_killed_stub_heals_in_place_within_a_minute(stack: LiveStack) -> None:
     restarts, server = _restarts(stack, "triton-cpu"), _tritonserver(stack)
-    stubs = [pid for pid in stack.host_pids("triton-cpu", "yolo_preprocess")
+    # The stable version's step: yolo_v<N>_preprocess (the stack serves a versioned repository).
+    step = f"yolo_v{stack.index()['stable']}_preprocess"
+    stubs = [pid for pid in stack.host_pids("triton-cpu", step)
              if Path(f"/proc/{pid}/comm").read_text().strip().startswith("triton_python")]
     assert stubs, "no preprocess stub found with docker top"
     for pid in stubs:
@@ -61,7 +63,7 @@ def test_a_killed_stub_heals_in_place_within_a_minute(stack: LiveStack) -> None:
     assert healed < HEAL_S
     assert _restarts(stack, "triton-cpu") == restarts  # in place, not by the restart policy
     logs = stack.compose("logs", "--no-log-prefix", "triton-cpu")
-    assert "restarting Triton" in logs.stdout + logs.stderr and "yolo_preprocess" in logs.stdout + logs.stderr
+    assert "restarting Triton" in logs.stdout + logs.stderr and step in logs.stdout + logs.stderr
 
 
 def _tritonserver_or_none(stack: LiveStack) -> int | None:
@@ -84,6 +86,7 @@ def test_a_killed_tritonserver_is_restarted_by_the_containers_policy(stack: Live
 def test_a_broken_onnx_fails_the_builder_and_the_previous_build_keeps_serving(stack: LiveStack,
                                                                              tmp_path: Path) -> None:
     before = stack.exec("triton-cpu", "readlink", "/models/current").stdout.strip()
+    index = stack.index()
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"this is not an ONNX model")
     broken.chmod(0o644)
@@ -92,8 +95,9 @@ def test_a_broken_onnx_fails_the_builder_and_the_previous_build_keeps_serving(st
     said = result.stdout + result.stderr
     print(f"\nbroken ONNX -> builder exit {result.returncode}: {said.strip().splitlines()[-2:]}")
     assert result.returncode != 0
-    assert "not a valid ONNX model" in said and "still points at the previous repository" in said
+    assert "not a valid ONNX model" in said and "still holds the versions it held" in said
     assert stack.exec("triton-cpu", "readlink", "/models/current").stdout.strip() == before
+    assert stack.index() == index  # no version added, the stable one unchanged
     assert stack.serving()
 
 
@@ -138,7 +142,7 @@ def test_ten_times_the_capacity_is_shed_fast_and_accepted_requests_stay_in_budge
     test_overload.py does the same): a priority-1 probe (the whole pipeline, no queue) and the server-live round
     trip (no work), both through the proxy on their own connection. The line printed holds the absolute numbers
     against the issue's targets (rejections p99 under 250 ms, accepted p95 within the budget)."""
-    manifest = json.loads(stack.exec("triton-cpu", "cat", "/models/current/manifest.json").stdout)
+    manifest = stack.stable_manifest()
     budget_ms = float(manifest["admission"]["max_queue_ms"])
     tls = {"ssl": True, "root_certificates": str(stack.ca_cert)}
     address = stack.endpoints["grpcs"].removeprefix("grpcs://")

@@ -88,7 +88,7 @@ def loadtest_image(stack: LiveStack) -> None:
 
 
 def test_locust_in_containers_runs_through_the_proxy_with_no_failure(stack: LiveStack, tmp_path: Path) -> None:
-    manifest = json.loads(stack.exec("triton-cpu", "cat", "/models/current/manifest.json").stdout)
+    manifest = stack.stable_manifest()
     budget_ms = float(manifest["admission"]["max_queue_ms"])
     override = headless(tmp_path, "grpcs://triton:8444", USERS, RUN_TIME_S, sla_ms=budget_ms, think_ms=THINK_MS)
     code, workers, results = run_locust(stack, override)

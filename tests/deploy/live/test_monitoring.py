@@ -68,10 +68,10 @@ def test_quality_and_watchdog_metrics_are_queryable(stack: LiveStack, scenes: li
 
     # One series per Python model instance: their sum counts every image.
     images = _eventually("the ensemble's image counter",
-                         lambda: [s for s in series(f'sum({IMAGES_METRIC}{{model="yolo_nms"}})')
+                         lambda: [s for s in series(f'sum({IMAGES_METRIC}{{model=~"yolo(_v[0-9]+)?_nms"}})')
                                   if float(s["value"][1]) >= len(scenes)])
     assert float(images[0]["value"][1]) >= len(scenes)
-    counts = series(f'sum({DETECTIONS_METRIC}_count{{model="yolo_nms"}})')
+    counts = series(f'sum({DETECTIONS_METRIC}_count{{model=~"yolo(_v[0-9]+)?_nms"}})')
     assert counts and float(counts[0]["value"][1]) >= len(scenes)
     starts = series('triton_watchdog_server_starts_total{job="triton-watchdog"}')
     assert starts and float(starts[0]["value"][1]) >= 1

@@ -4,7 +4,6 @@ protocols, oversized bodies and foreign clients refused by the proxy, every cont
 from __future__ import annotations
 
 import http.client
-import json
 import ssl
 import time
 from pathlib import Path
@@ -35,10 +34,10 @@ def _health(stack: LiveStack, service: str) -> str:
 def test_the_builder_fills_the_volume_offline_and_every_service_is_healthy(stack: LiveStack) -> None:
     assert stack.inspect("builder-cpu", "{{.HostConfig.NetworkMode}} {{.State.ExitCode}}") == "none 0"
     logs = docker("logs", stack.container("builder-cpu"))
-    assert "/models/current -> build-" in logs.stdout + logs.stderr
-    link = stack.exec("triton-cpu", "readlink", "/models/current").stdout.strip()
-    assert link.startswith("build-")
-    manifest = json.loads(stack.exec("triton-cpu", "cat", "/models/current/manifest.json").stdout)
+    assert "/models/current -> versions, version 1" in logs.stdout + logs.stderr
+    assert stack.exec("triton-cpu", "readlink", "/models/current").stdout.strip() == "versions"
+    assert stack.index()["stable"] == 1  # the versioned repository (docs/UPDATING.md): version 1 is stable
+    manifest = stack.stable_manifest()
     assert manifest["target"] == "embedded" and manifest["precision"] == "fp32"
     assert {service: _health(stack, service) for service in SERVICES} == {
         "pod": "running", "proxy": "healthy", "triton-cpu": "healthy", "prometheus": "healthy"}
