@@ -39,7 +39,7 @@ from deploy.local.site import (
     site_refs,
     site_variables,
 )
-from deploy.local.stack import LocalStack, build
+from deploy.local.stack import DEPLOY_DIR, LocalStack, build
 from deploy.settings import BUILD_TARGETS, Settings
 from generator import __version__
 from generator.server.indexed_tar import file_entries, members_of, publish
@@ -51,11 +51,17 @@ BUILD_TIMEOUT_S = 1800.0
 SAVE_TIMEOUT_S = 1800.0
 
 
-def source_refs(settings: Settings, bases: dict[str, str]) -> dict[str, str]:
-    """The .env variable -> the local image the stack runs: the built ones by settings, the bases as chosen."""
-    built = {"TRITON_CPU_IMAGE": settings.triton_cpu_image_name, "BUILDER_CPU_IMAGE": settings.builder_cpu_image_name}
-    return {**{v: f"{built[v]}:{settings.cpu_image_tag}" for v in BUILT_IMAGES},
-            **{v: bases[v] for v in BASE_IMAGES}}
+def source_refs(bases: dict[str, str]) -> dict[str, str]:
+    """The .env variable -> the local image the stack runs: the built ones as compose names them (deploy/.env,
+    where the environment wins, compose's rule), the bases as chosen."""
+    from deploy.composefile import parse_env
+
+    committed = parse_env((DEPLOY_DIR / ".env").read_text(encoding="utf-8"))
+
+    def value(key: str) -> str:
+        return os.environ.get(key) or committed[key]
+
+    return {**{v: f"{value(v)}:{value('CPU_IMAGE_TAG')}" for v in BUILT_IMAGES}, **{v: bases[v] for v in BASE_IMAGES}}
 
 
 def image_id(ref: str) -> str:
@@ -182,7 +188,7 @@ def make_site_archive(settings: Settings, stack: LocalStack, output: Path, *, ta
                       split_bytes: int | None = None) -> list[Path]:
     """Steps 1-5 of the module docstring; the archive's path, or its parts."""
     bases = build(settings, stack)
-    sources = source_refs(settings, bases)
+    sources = source_refs(bases)
     ids = {variable: image_id(ref) for variable, ref in sources.items()}
     tag = check_tag(tag or default_tag(ids, settings))
     variables = site_variables(tag)

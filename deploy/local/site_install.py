@@ -7,7 +7,8 @@ every image with every layer it needs. A refusal names the archive and the probl
 
 1. ``docker load`` of the images, each checked to carry the image id the index recorded;
 2. the repository copied into the project's models volume (made with compose's labels where it is not there yet)
-   by the builder image, with no network: staged in a hidden folder, renamed into place;
+   by the builder image, with no network: staged in a hidden folder, renamed into place; a folder of that name
+   already there is kept, and must equal the archive's;
 3. where the volume has no ``current`` yet (a new site), ``current`` points at it and the rendered files, the
    image variables and the settings go to ``deploy/.local/.sites/<project>/``: ``deploy up --local`` then
    starts the stack from them, building nothing and pulling nothing. Where ``current`` points at another build
@@ -57,10 +58,10 @@ SITE_INDEX = "site.json"  # the installed archive's index (without its file list
 CANDIDATE = "candidate.json"
 # Run by the builder image as its own user, no network: stage, rename into place, link `current` where none is.
 PLACE = r"""set -e
-b="$1"; cd "$2"
-if [ ! -e "$b" ]; then
-  rm -rf ".$b.site"; mkdir ".$b.site"; tar -x -C ".$b.site"; mv ".$b.site/$b" "$b"; rmdir ".$b.site"
-fi
+b="$1"; cd "$2"; s=".$b.site"
+rm -rf "$s"; mkdir "$s"; tar -x -C "$s"
+if [ ! -e "$b" ]; then mv "$s/$b" "$b"; elif ! diff -r -q "$s/$b" "$b" >/dev/null; then rm -rf "$s"; echo differs; exit 0; fi
+rm -rf "$s"
 if [ ! -e current ] && [ ! -L current ]; then ln -s "$b" .current.tmp-site; mv -T .current.tmp-site current; fi
 if [ "$(readlink current)" = "$b" ]; then echo stable; else echo candidate; fi
 """
@@ -129,6 +130,10 @@ def place_repository(project: str, root: Path, index: dict[str, Any]) -> str:
                                  "--entrypoint", "sh", builder, "-c", PLACE, "sh", build, "/models"],
                                 stdin=source, capture_output=True, check=False, timeout=600)
     said = placed.stdout.decode().strip().splitlines()
+    if said[-1:] == ["differs"]:
+        raise SiteArchiveError(f"{volume} already holds a {build} that differs from the archive's; it is kept. "
+                               "A repository that changes in place (a versioned one) is handed to the rollout "
+                               "(issue 25, parts 1-3), not replaced")
     if placed.returncode != 0 or not said or said[-1] not in ("stable", "candidate"):
         raise SiteArchiveError(f"could not copy the repository into {volume}: {placed.stderr.decode()[-400:]}")
     return said[-1]

@@ -204,8 +204,8 @@ def test_the_place_script_stages_links_a_new_site_and_leaves_a_running_one_on_it
     volume = tmp_path / "models"
     volume.mkdir()
 
-    def place(build: str) -> str:
-        stream = _tar_bytes({f"{build}/manifest.json": build.encode(), f"{build}/yolo/1/model.py": b"x"})
+    def place(build: str, content: bytes = b"x") -> str:
+        stream = _tar_bytes({f"{build}/manifest.json": build.encode(), f"{build}/yolo/1/model.py": content})
         done = subprocess.run(["sh", "-c", site_install.PLACE, "sh", build, str(volume)], input=stream,
                               capture_output=True, check=True)
         return done.stdout.decode().strip()
@@ -215,6 +215,8 @@ def test_the_place_script_stages_links_a_new_site_and_leaves_a_running_one_on_it
     assert place("build-2") == "candidate" and (volume / "current").readlink().as_posix() == "build-1"
     assert (volume / "build-2" / "manifest.json").read_bytes() == b"build-2"
     assert sorted(p.name for p in volume.iterdir()) == ["build-1", "build-2", "current"]  # no staging left
+    assert place("build-1", b"changed") == "differs"  # kept as it is: the installer refuses, naming it
+    assert (volume / "build-1" / "yolo/1/model.py").read_bytes() == b"x" and len(list(volume.iterdir())) == 3
 
 
 def test_an_installed_site_runs_from_its_own_rendered_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
