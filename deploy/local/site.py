@@ -25,6 +25,7 @@ from pathlib import Path
 
 from deploy.errors import LocalStackError
 from deploy.local.stack import SITES_ROOT
+from deploy.render import NGINX_CONF, OUTPUTS
 from generator.server.indexed_tar import IndexedTar
 
 INDEX = "tde-site.json"
@@ -37,9 +38,8 @@ VOLUME = "model-repository-cpu"  # the CPU stack's models volume (deploy/docker-
 _MEMBER = re.compile(r"^(images/[a-z0-9-]+\.tar|(repository|compose)(/[A-Za-z0-9._+-]+)+)$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
-# The rendered files a started CPU stack reads (compose binds them from its project directory).
-COMPOSE_FILES = (".env", "docker-compose.yml", "proxy/nginx.conf", "monitoring/prometheus/prometheus.yml",
-                 "monitoring/prometheus/alerts.yml")
+# The rendered files a started stack reads (compose binds them from its project directory), Grafana's included.
+COMPOSE_FILES = (".env", "docker-compose.yml", NGINX_CONF, *(o.path for o in OUTPUTS if o.path.startswith("monitoring/")))
 # The image variables of .env the site's compose reads from the archive; never anything else (no secrets).
 BUILT_IMAGES = {"TRITON_CPU_IMAGE": "yolo-triton-cpu", "BUILDER_CPU_IMAGE": "yolo-builder-cpu"}
 BASE_IMAGES = {"NGINX_IMAGE": "nginx", "PROMETHEUS_IMAGE": "prometheus"}
