@@ -230,3 +230,14 @@ def test_an_installed_site_runs_from_its_own_rendered_files(tmp_path: Path, monk
     assert args[:5] == ["compose", "--project-directory", str(tmp_path / "p"), "-f",
                         str(tmp_path / "p" / "docker-compose.yml")]
     assert args[5:7] == ["--env-file", str(tmp_path / "p" / ".env")] and args[-1] == "ps"
+
+
+def test_the_built_images_are_those_compose_names_the_environment_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy.local.site_archive import source_refs
+
+    bases = {"NGINX_IMAGE": "tde-local/nginx:bookworm", "PROMETHEUS_IMAGE": "tde-local/prometheus:bookworm"}
+    tag = Settings().cpu_image_tag
+    monkeypatch.delenv("TRITON_CPU_IMAGE", raising=False)
+    monkeypatch.setenv("BUILDER_CPU_IMAGE", "mine/builder")
+    assert source_refs(bases) == {"TRITON_CPU_IMAGE": f"yolo-triton-cpu:{tag}", "BUILDER_CPU_IMAGE": f"mine/builder:{tag}",
+                                  **bases}
