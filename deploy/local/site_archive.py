@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 SCRATCH_LABEL = "org.triton-detection-ensemble.site-archive"
 BUILD_TIMEOUT_S = 1800.0
 SAVE_TIMEOUT_S = 1800.0
+# What `current` points at, and the volume's top-level plain files (none of them hidden), as one tar on stdout.
+EXPORT = 'cd /models && tar -c "$(readlink current)" $(find . -maxdepth 1 -type f ! -name ".*" -printf "%P ")'
 
 
 def source_refs(bases: dict[str, str]) -> dict[str, str]:
@@ -82,14 +84,16 @@ def changed_settings(settings: Settings) -> dict[str, Any]:
 
 
 def _safe_extract(stream: Path, into: Path) -> str:
-    """Extract the builder's tar of one repository folder (folders and plain files only); the folder's name."""
-    tops: set[str] = set()
+    """Extract the builder's tar (the repository folder and the volume's own top-level files, plain files and
+    folders only); the folder's name."""
+    folders: set[str] = set()
     with tarfile.open(stream) as tar:
         for member in tar:
             parts = member.name.split("/")
             if member.name.startswith("/") or ".." in parts or not (member.isdir() or member.isfile()):
                 raise SiteArchiveError(f"the builder's repository holds {member.name!r} (not a plain file or folder)")
-            tops.add(parts[0])
+            if len(parts) > 1 or member.isdir():
+                folders.add(parts[0])
             target = into / member.name
             if member.isdir():
                 target.mkdir(parents=True, exist_ok=True)
@@ -98,14 +102,15 @@ def _safe_extract(stream: Path, into: Path) -> str:
             source = tar.extractfile(member)
             assert source is not None
             target.write_bytes(source.read())
-    if len(tops) != 1:
-        raise SiteArchiveError(f"the builder's /models/current holds {sorted(tops)}, not one repository folder")
-    return tops.pop()
+    if len(folders) != 1:
+        raise SiteArchiveError(f"the builder's /models/current holds {sorted(folders)}, not one repository folder")
+    return folders.pop()
 
 
 def build_repository(settings: Settings, builder: str, into: Path, scratch: Path) -> str:
     """Run the builder image as the stack runs it (no network) into a scratch volume; copy what ``current``
-    points at into ``into``; the repository folder's name."""
+    points at into ``into``, with the volume's own top-level files (a builder's record of what it built, which the
+    site's builder reads to find the build it would make); the repository folder's name."""
     volume = f"tde-site-archive-{os.getpid()}"
     docker.run(["volume", "create", "--label", f"{SCRATCH_LABEL}=scratch", volume])
     hardening = ["--network", "none", "--read-only", "--tmpfs", "/tmp:size=2g", "--cap-drop", "ALL",
@@ -117,7 +122,7 @@ def build_repository(settings: Settings, builder: str, into: Path, scratch: Path
         stream = scratch / "repository.tar"
         with stream.open("wb") as sink:
             exported = subprocess.run(["docker", "run", "--rm", *hardening, "-v", f"{volume}:/models:ro",
-                                       "--entrypoint", "sh", builder, "-c", 'cd /models && tar -c "$(readlink current)"'],
+                                       "--entrypoint", "sh", builder, "-c", EXPORT],
                                       stdout=sink, stderr=subprocess.PIPE, text=False, check=False, timeout=600)
         if exported.returncode != 0:
             raise SiteArchiveError(f"could not read the built repository: {exported.stderr.decode()[-400:]}")
@@ -202,6 +207,8 @@ def make_site_archive(settings: Settings, stack: LocalStack, output: Path, *, ta
         manifests = sorted(n for n in members if n.startswith("repository/") and n.endswith("/manifest.json"))
         index = {"format": FORMAT, "kind": KIND, "tool_version": __version__, "machine": platform.machine(),
                  "tag": tag, "variables": variables, "images": [{"ref": r, "id": i} for r, i in images.items()],
-                 "repository": {"build": build_name, "manifests": manifests},
+                 "repository": {"build": build_name, "manifests": manifests,
+                                "volume_files": sorted(n.split("/", 1)[1] for n in members if n.count("/") == 1
+                                                       and n.startswith("repository/"))},
                  "settings": changed_settings(settings), "files": file_entries(members)}
         return publish(Path(tmp) / f"tde-site-{tag}.tar", output, INDEX, index, members, split_bytes)

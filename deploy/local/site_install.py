@@ -8,7 +8,8 @@ every image with every layer it needs. A refusal names the archive and the probl
 1. ``docker load`` of the images, each checked to carry the image id the index recorded;
 2. the repository copied into the project's models volume (made with compose's labels where it is not there yet)
    by the builder image, with no network: staged in a hidden folder, renamed into place; a folder of that name
-   already there is kept, and must equal the archive's;
+   already there is kept, and must equal the archive's; the volume's own top-level files that travel with it (the
+   builder's record of what it built) are put where the volume has none;
 3. where the volume has no ``current`` yet (a new site), ``current`` points at it and the rendered files, the
    image variables and the settings go to ``deploy/.local/.sites/<project>/``: ``deploy up --local`` then
    starts the stack from them, building nothing and pulling nothing. Where ``current`` points at another build
@@ -61,6 +62,7 @@ PLACE = r"""set -e
 b="$1"; cd "$2"; s=".$b.site"
 rm -rf "$s"; mkdir "$s"; tar -x -C "$s"
 if [ ! -e "$b" ]; then mv "$s/$b" "$b"; elif ! diff -r -q "$s/$b" "$b" >/dev/null; then rm -rf "$s"; echo differs; exit 0; fi
+for f in "$s"/*; do n="${f##*/}"; if [ -f "$f" ] && [ ! -e "$n" ]; then mv "$f" "$n"; fi; done
 rm -rf "$s"
 if [ ! -e current ] && [ ! -L current ]; then ln -s "$b" .current.tmp-site; mv -T .current.tmp-site current; fi
 if [ "$(readlink current)" = "$b" ]; then echo stable; else echo candidate; fi
@@ -81,10 +83,14 @@ def check_index(index: dict[str, Any], name: str) -> None:
         raise refusal(name, str(exc)) from None
     if variables != site_variables(tag) or [i.get("ref") for i in index.get("images", [])] != site_refs(variables):
         raise refusal(name, f"its images are not the stack's under {tag}")
-    build = str((index.get("repository") or {}).get("build", ""))
+    repository = index.get("repository") or {}
+    build = str(repository.get("build", ""))
     if not build or "/" in build or build.startswith(".") or not any(
             n.startswith(f"repository/{build}/") for n in index["files"]):
         raise refusal(name, f"its repository {build!r} is not a folder it carries")
+    for file in repository.get("volume_files", []):
+        if "/" in str(file) or str(file).startswith(".") or f"repository/{file}" not in index["files"]:
+            raise refusal(name, f"its volume file {file!r} is not a file it carries")
 
 
 def _check_images(root: Path, index: dict[str, Any], name: str) -> None:
@@ -121,6 +127,8 @@ def place_repository(project: str, root: Path, index: dict[str, Any]) -> str:
     stream = root / "repository.tar"
     with tarfile.open(stream, "w", format=tarfile.PAX_FORMAT) as tar:
         tar.add(root / "repository" / build, arcname=build)
+        for name in index["repository"].get("volume_files", []):
+            tar.add(root / "repository" / name, arcname=name)
     variables = index["variables"]
     builder = f"{variables['BUILDER_CPU_IMAGE']}:{variables['CPU_IMAGE_TAG']}"
     volume = ensure_volume(project)

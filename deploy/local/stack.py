@@ -6,6 +6,8 @@ the CPU stack's images (layer-cached), starts ``pod``, ``proxy``, ``builder-cpu`
 ``prometheus`` from the committed ``deploy/docker-compose.yml`` and waits until each is healthy (the builder:
 exited 0). Its last line on stdout is one JSON object: ``https``, ``grpcs``, ``ca_cert``, ``prometheus``,
 ``admin_token_file``. ``down`` removes the project's containers, networks and volumes, and the credentials.
+A project installed from a site archive (``deploy install``, site_install.py) runs from the archive's rendered
+files and images instead: ``up`` then builds nothing and pulls nothing, and ``down`` keeps the installed site.
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ def write_site_archive(folder: Path, *, index_changes: dict[str, Any] | None = N
     images, ids = saved_images(refs, drop_layer=drop_layer)
     payload = folder / f"payload-{name}"
     files = {site.IMAGES: images, f"repository/{BUILD}/manifest.json": b'{"name": "yolo"}',
+             "repository/build-keys.json": b'{"0123": 1}',
              f"repository/{BUILD}/yolo/config.pbtxt": b'name: "yolo"\n', "compose/docker-compose.yml": b"services: {}\n",
              "compose/.env": b"TRITON_ADMIN_TOKEN=\n"}
     for member, data in files.items():
@@ -76,7 +77,8 @@ def write_site_archive(folder: Path, *, index_changes: dict[str, Any] | None = N
     members = {member: payload / member for member in files}
     index = {"format": site.FORMAT, "kind": site.KIND, "tool_version": "test", "machine": platform.machine(),
              "tag": TAG, "variables": variables, "images": [{"ref": r, "id": ids[r]} for r in refs],
-             "repository": {"build": BUILD, "manifests": [f"repository/{BUILD}/manifest.json"]},
+             "repository": {"build": BUILD, "manifests": [f"repository/{BUILD}/manifest.json"],
+                            "volume_files": ["build-keys.json"]},
              "settings": {"max_batch": 4}, "files": file_entries(members), **(index_changes or {})}
     path = folder / name
     write_indexed_tar(path, site.INDEX, index, members)
@@ -129,6 +131,7 @@ def test_an_index_that_is_not_this_sites_is_refused_before_a_member_is_read(tmp_
         "tag.tar": ({"tag": "bad tag"}, "not a Docker tag"),
         "refs.tar": ({"images": []}, "not the stack's under"),
         "build.tar": ({"repository": {"build": "../etc"}}, "not a folder it carries"),
+        "file.tar": ({"repository": {"build": BUILD, "volume_files": ["../x"]}}, "volume file '../x' is not a file"),
     }
     for name, (changes, message) in cases.items():
         archive = write_site_archive(tmp_path, index_changes=changes, name=name)
@@ -205,18 +208,21 @@ def test_the_place_script_stages_links_a_new_site_and_leaves_a_running_one_on_it
     volume.mkdir()
 
     def place(build: str, content: bytes = b"x") -> str:
-        stream = _tar_bytes({f"{build}/manifest.json": build.encode(), f"{build}/yolo/1/model.py": content})
+        stream = _tar_bytes({f"{build}/manifest.json": build.encode(), f"{build}/yolo/1/model.py": content,
+                             "build-keys.json": build.encode()})
         done = subprocess.run(["sh", "-c", site_install.PLACE, "sh", build, str(volume)], input=stream,
                               capture_output=True, check=True)
         return done.stdout.decode().strip()
 
     assert place("build-1") == "stable" and (volume / "current").readlink().as_posix() == "build-1"
+    assert (volume / "build-keys.json").read_bytes() == b"build-1"  # the volume's own files: where it has none
     assert place("build-1") == "stable"  # installed again: nothing moves
     assert place("build-2") == "candidate" and (volume / "current").readlink().as_posix() == "build-1"
     assert (volume / "build-2" / "manifest.json").read_bytes() == b"build-2"
-    assert sorted(p.name for p in volume.iterdir()) == ["build-1", "build-2", "current"]  # no staging left
+    assert (volume / "build-keys.json").read_bytes() == b"build-1"  # kept: the running site's record
+    assert sorted(p.name for p in volume.iterdir()) == ["build-1", "build-2", "build-keys.json", "current"]
     assert place("build-1", b"changed") == "differs"  # kept as it is: the installer refuses, naming it
-    assert (volume / "build-1" / "yolo/1/model.py").read_bytes() == b"x" and len(list(volume.iterdir())) == 3
+    assert (volume / "build-1" / "yolo/1/model.py").read_bytes() == b"x" and len(list(volume.iterdir())) == 4
 
 
 def test_an_installed_site_runs_from_its_own_rendered_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
