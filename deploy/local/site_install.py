@@ -166,11 +166,14 @@ def offer_candidate(project: str, index: dict[str, Any], archive: str) -> Path:
     """A newer archive on a running site: its build sits beside ``current`` in the volume, its images are loaded
     under their own tag, and this records it for the rollout.
 
-    TODO(issue 25 parts 1-3, branch ``updates``): the deployed stack's rollout takes it from here. It must load
-    ``index["repository"]["build"]`` from the models volume as the candidate version, point the canary split at
-    it, and promote or roll back with its decision recorded in the volume; the images under ``index["tag"]``
-    (``site_refs(index["variables"])``) are what the site's files point at once it is promoted. Call that entry
-    point here instead of only recording the candidate.
+    TODO(issue 25 parts 1-3, branch ``updates``): the deployed stack's rollout takes it from here. On that branch
+    (not merged when this was written) the volume holds one versioned repository (``versions/``, with the builder's
+    ``build-keys.json``) and ``python -m deploy update --local`` (``deploy.local.update.update(settings, stack,
+    Update())``) builds a version from the ONNX baked into the builder image and rolls it out (canary, promotion or
+    rollback, the decision recorded in the volume). The archive's builder image (``index["variables"]``, tag
+    ``index["tag"]``) carries the new ONNX: point the site's ``BUILDER_CPU_IMAGE`` at it and call that entry point
+    here, then move the site's files to the new tag once promoted. Until then a versioned volume refuses the
+    archive in ``place_repository`` ("differs"), and an unversioned one only records the candidate.
     """
     record = site_dir(project) / CANDIDATE
     record.parent.mkdir(parents=True, exist_ok=True)
