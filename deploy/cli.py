@@ -143,10 +143,12 @@ def _site(args: argparse.Namespace, settings: Settings) -> dict[str, object]:
         stack = LocalStack(project=args.project, pull=args.pull, build_network=args.build_network,
                            build_ca_bundle=args.build_ca_bundle)
         split = parse_size(args.split) if args.split else None
-        paths = site_archive.make_site_archive(settings, stack, args.output, tag=args.tag, split_bytes=split)
+        paths, listing = site_archive.make_site_archive(settings, stack, args.output, tag=args.tag,
+                                                        split_bytes=split)
     except ServerError as exc:  # the shared archive code's parts and sizes
-        raise DeployError(str(exc).replace("nothing was installed", "nothing was loaded")) from None
-    return {"archive": [str(p) for p in paths], "bytes": sum(p.stat().st_size for p in paths)}
+        raise DeployError(str(exc)) from None
+    return {"archive": [str(p) for p in paths], "bytes": sum(p.stat().st_size for p in paths),
+            "sha256": str(listing)}
 
 
 def _site_settings(args: argparse.Namespace) -> Path | None:

@@ -7,7 +7,9 @@ with no network (the format: site.py).
 3. the compose file, .env and the configuration files it binds, rendered from the same settings;
 4. ``docker save`` of the images under the archive's own tags (``tde-site/<name>:<tag>``), one tar: layers that
    images share travel once. The tags are removed from this machine again (the images keep their own);
-5. the index, first, with every member's size and sha256; the tar is renamed into place whole, then split.
+5. the index, first, with every member's size and sha256; the tar is renamed into place whole, then split;
+   ``NAME.sha256`` beside it lists the sha256 of every part (``sha256sum -c`` reads it): a few lines to carry, or
+   sign, apart from the archive.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from deploy.local.site import (
 from deploy.local.stack import DEPLOY_DIR, LocalStack, build
 from deploy.settings import BUILD_TARGETS, Settings
 from generator import __version__
+from generator.server.archive_parts import checksum_file
 from generator.server.indexed_tar import file_entries, members_of, publish
 
 logger = logging.getLogger(__name__)
@@ -190,8 +193,8 @@ def save_images(sources: dict[str, str], variables: dict[str, str], path: Path) 
 
 
 def make_site_archive(settings: Settings, stack: LocalStack, output: Path, *, tag: str | None = None,
-                      split_bytes: int | None = None) -> list[Path]:
-    """Steps 1-5 of the module docstring; the archive's path, or its parts."""
+                      split_bytes: int | None = None) -> tuple[list[Path], Path]:
+    """Steps 1-5 of the module docstring; the archive's path, or its parts, and their ``.sha256`` listing."""
     bases = build(settings, stack)
     sources = source_refs(bases)
     ids = {variable: image_id(ref) for variable, ref in sources.items()}
@@ -211,4 +214,5 @@ def make_site_archive(settings: Settings, stack: LocalStack, output: Path, *, ta
                                 "volume_files": sorted(n.split("/", 1)[1] for n in members if n.count("/") == 1
                                                        and n.startswith("repository/"))},
                  "settings": changed_settings(settings), "files": file_entries(members)}
-        return publish(Path(tmp) / f"tde-site-{tag}.tar", output, INDEX, index, members, split_bytes)
+        paths = publish(Path(tmp) / f"tde-site-{tag}.tar", output, INDEX, index, members, split_bytes)
+    return paths, checksum_file(paths)

@@ -1,6 +1,7 @@
 """``python -m deploy install --local ARCHIVE``: a site archive installed on a machine with no network.
 
-Everything is checked before anything is loaded: every part there and whole, the index first and of this kind
+Everything is checked before anything is loaded: every part there and whole (and its sha256 the one the
+archive's ``.sha256`` listing gives, where that is beside it), the index first and of this kind
 and machine, every member listed with its size and sha256 (generator/server/indexed_tar.py, the reader the
 embedded server's archive uses too), nothing unlisted, nothing missing, and ``docker save``'s own manifest naming
 every image with every layer it needs. A refusal names the archive and the problem and loads nothing. Then:
@@ -51,6 +52,8 @@ from deploy.local.site import (
 )
 from deploy.local.site_archive import check_saved
 from deploy.local.stack import SITE_ENV, SITES_ROOT
+from generator.errors import ServerError
+from generator.server.archive_parts import check_checksums, find_parts
 
 logger = logging.getLogger(__name__)
 
@@ -185,12 +188,25 @@ def offer_candidate(project: str, index: dict[str, Any], archive: str) -> Path:
     return record
 
 
+def check_parts(given: Path) -> None:
+    """Every part against the archive's ``.sha256`` listing where it is beside them (a part named where it differs);
+    without one, the index inside is the only check (it names the member instead)."""
+    try:
+        listing = check_checksums(find_parts(given))
+    except ServerError as exc:
+        raise refusal(given.name, str(exc)) from None
+    if listing is None:
+        logger.warning("no %s.sha256 beside the archive: its parts are checked by the index inside alone",
+                       given.name.split(".tar")[0] + ".tar")
+
+
 def install_site(given: Path, project: str) -> dict[str, Any]:
     """Verify everything, then load the images and the repository (module docstring); what was installed."""
     check_engine()
     SITES_ROOT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=SITES_ROOT, prefix=".incoming-") as tmp:
         root = Path(tmp)
+        check_parts(given)
         index = READER.read_verified(given, root, lambda index: check_index(index, given.name))
         _check_images(root, index, given.name)
         logger.info("archive %s verified: %d files, tag %s, format %d", given.name, len(index["files"]), index["tag"],

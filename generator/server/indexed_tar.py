@@ -21,17 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from generator.server.archive_parts import CHUNK, PartsReader, find_parts, split_file
+from generator.server.archive_parts import CHUNK, PartsReader, find_parts, sha256_file, split_file
 
 INDEX_LIMIT = 1 << 22  # an index larger than 4 MiB is not one of ours
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def file_entries(members: Mapping[str, Path]) -> dict[str, dict[str, Any]]:
@@ -60,11 +52,11 @@ def members_of(root: Path) -> dict[str, Path]:
 
 def publish(staged: Path, output: Path, index_name: str, index: Mapping[str, Any], members: Mapping[str, Path],
             split_bytes: int | None = None) -> list[Path]:
-    """Write the archive at ``staged`` (beside ``output``), then rename it whole into ``output`` over an older one
-    or its parts, and split it there where asked: the archive, or its parts."""
+    """Write the archive at ``staged`` (in a folder of its own), then rename it whole into ``output`` over an older
+    one or its parts, and split it there where asked: the archive, or its parts."""
     write_indexed_tar(staged, index_name, index, members)
     final = output / staged.name
-    for old in [final, *output.glob(f"{final.name}.*-of-*")]:
+    for old in [final, final.with_name(f"{final.name}.sha256"), *output.glob(f"{final.name}.*-of-*")]:
         old.unlink(missing_ok=True)
     staged.rename(final)
     return split_file(final, split_bytes) if split_bytes else [final]

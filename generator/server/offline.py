@@ -39,6 +39,7 @@ from typing import Any
 
 from generator import __version__
 from generator.errors import ServerError
+from generator.server.archive_parts import sha256_file
 from generator.server.embedded import (
     PYTRITON_VERSION,
     STUB_PYTHONS,
@@ -56,7 +57,7 @@ from generator.server.environments import (
     ensure_environment,
     ensure_runtime,
 )
-from generator.server.indexed_tar import IndexedTar, file_entries, members_of, publish, sha256_file
+from generator.server.indexed_tar import IndexedTar, file_entries, members_of, publish
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from deploy.cli import main
 from deploy.local import site, site_install, stack
 from deploy.local.site_archive import check_saved, write_compose
 from deploy.settings import Settings
-from generator.server.archive_parts import split_file
+from generator.server.archive_parts import checksum_file, split_file
 from generator.server.indexed_tar import file_entries, write_indexed_tar
 
 TAG = "unit-1"
@@ -124,7 +124,7 @@ def test_a_tampered_or_truncated_archive_is_refused_by_name(tmp_path: Path, dama
 
 
 def test_an_index_that_is_not_this_sites_is_refused_before_a_member_is_read(tmp_path: Path) -> None:
-    cases = {
+    cases: dict[str, tuple[dict[str, Any], str]] = {
         "other.tar": ({"machine": "s390x"}, "its images are for s390x"),
         "kind.tar": ({"kind": None}, "not a site archive"),
         "secret.tar": ({"variables": {**site.site_variables(TAG), "TRITON_ADMIN_TOKEN": "x"}}, "must be exactly"),
@@ -190,6 +190,17 @@ def test_install_refuses_a_tampered_archive_in_one_line_and_never_calls_docker(
     parts[1].unlink()
     assert main(["install", "--local", "--project", "p", str(parts[0])]) == 1
     assert "part p.tar.002-of-" in capsys.readouterr().err and not log.exists()
+
+
+    listed = split_file(write_site_archive(tmp_path, name="s.tar"), 4096)
+    checksum_file(listed)
+    data = bytearray(listed[2].read_bytes())
+    data[10] ^= 1
+    listed[2].write_bytes(bytes(data))
+    assert main(["install", "--local", "--project", "p", str(listed[0])]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: refusing the archive s.tar.001-of-") and "\n" not in err
+    assert f"part {listed[2].name} has sha256" in err and err.endswith("nothing was loaded") and not log.exists()
 
 
 def test_the_carried_files_hold_no_secret(tmp_path: Path) -> None:

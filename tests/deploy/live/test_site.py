@@ -151,25 +151,35 @@ def site_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteDaemon
 
 
 def test_a_tampered_archive_is_refused_by_name_and_loads_nothing(archive: Archive, site_daemon: SiteDaemon) -> None:
+    """One byte changed in the middle of images/stack.tar: refused by the parts' .sha256 listing (naming the part),
+    and without the listing by the index inside (naming the member); either way nothing is loaded."""
     assert present(archive.refs) == [], "deploy archive leaves none of its own tags on the machine that made it"
     with tarfile.open(archive.path) as tar:
         images = tar.getmember(site.IMAGES)
     middle = images.offset_data + images.size // 2
+    listing = archive.path.with_name(f"{archive.path.name}.sha256")
+    aside = listing.with_name("aside.sha256")
     with archive.path.open("r+b") as handle:
         handle.seek(middle)
         byte = handle.read(1)
         handle.seek(middle)
         handle.write(bytes([byte[0] ^ 0x01]))
     try:
-        refused = site_daemon.deploy("install", "--local", "--project", PROJECT, str(archive.path))
+        by_part = site_daemon.deploy("install", "--local", "--project", PROJECT, str(archive.path))
+        listing.rename(aside)
+        by_member = site_daemon.deploy("install", "--local", "--project", PROJECT, str(archive.path))
     finally:
+        if aside.exists():
+            aside.rename(listing)
         with archive.path.open("r+b") as handle:
             handle.seek(middle)
             handle.write(byte)
-    err = refused.stderr.strip().splitlines()[-1]
-    assert refused.returncode == 1
-    assert err.startswith(f"error: refusing the archive {archive.path.name}: images/stack.tar has sha256 ")
-    assert err.endswith("altered or damaged; nothing was loaded")
+    name = archive.path.name
+    for refused, what in ((by_part, f"part {name} has sha256 "), (by_member, "images/stack.tar has sha256 ")):
+        err = refused.stderr.strip().splitlines()[-1]
+        assert refused.returncode == 1
+        assert err.startswith(f"error: refusing the archive {name}: {what}"), err
+        assert "altered or damaged" in err and err.endswith("nothing was loaded")
     assert site_daemon.images() == []
     assert site_daemon.docker("volume", "ls", "-q").stdout.split() == []
     assert not site.site_dir(PROJECT).exists()

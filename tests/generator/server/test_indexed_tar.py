@@ -3,11 +3,14 @@ and the kind's own index check run before a member is read."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
 import pytest
 
+from generator.errors import ServerError
+from generator.server.archive_parts import check_checksums, checksum_file, split_file
 from generator.server.indexed_tar import IndexedTar, file_entries, members_of, publish
 
 
@@ -56,3 +59,22 @@ def test_the_kinds_index_check_refuses_before_any_member_is_read(tmp_path: Path)
     assert not (tmp_path / "work").exists()
     with pytest.raises(Refused, match=r"z\.tar: its index\.json is not format 8"):
         IndexedTar("index.json", 8, KIND.member_ok, "the test", KIND.refuse).read_verified(whole, tmp_path / "w2")
+
+
+def test_the_parts_sha256_listing_names_the_part_that_differs(tmp_path: Path) -> None:
+    whole = tmp_path / "a.tar"
+    whole.write_bytes(bytes(range(256)) * 40)
+    parts = split_file(whole, 4096)
+    assert check_checksums(parts) is None  # no listing: nothing to compare with
+    listing = checksum_file(parts)
+    assert listing.name == "a.tar.sha256" and len(listing.read_text().splitlines()) == 3
+    assert check_checksums(parts) == listing
+    data = bytearray(parts[1].read_bytes())
+    data[100] ^= 1
+    parts[1].write_bytes(bytes(data))
+    with pytest.raises(ServerError, match=r"part a\.tar\.002-of-003 has sha256 [0-9a-f]{64}, a\.tar\.sha256 says"):
+        check_checksums(parts)
+    one = tmp_path / "b.tar"
+    one.write_bytes(b"b")
+    assert checksum_file([one]).read_text() == f"{hashlib.sha256(b'b').hexdigest()}  b.tar\n"
+    assert check_checksums([one]) == tmp_path / "b.tar.sha256"
