@@ -81,6 +81,22 @@ def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     bases.add_argument("--rebuild", action="store_true", help="make the local ones again even if present")
     bases.add_argument("--no-pull", dest="pull", action="store_false", help="never ask a registry")
     bases.add_argument("--build-network", default="host", help="network of the stand-ins' apt downloads")
+    _site_parsers(sub, common, local, images)
+
+
+def _site_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser,
+                  local: argparse.ArgumentParser, images: argparse.ArgumentParser) -> None:
+    """archive and install: the CPU stack carried to a site with no network (deploy/local/site*.py)."""
+    archive = sub.add_parser("archive", parents=[common, local, images],
+                             help="write one archive of the CPU stack's images, repository and rendered files "
+                                  "for a site with no network")
+    archive.add_argument("--output", type=Path, default=Path(), help="folder the archive is written to")
+    archive.add_argument("--tag", help="tag of the images in the archive (default: site- and a digest of them)")
+    archive.add_argument("--split", metavar="SIZE",
+                         help="cut the archive into numbered parts of at most SIZE bytes (500M, 2G)")
+    install = sub.add_parser("install", parents=[common, local],
+                             help="verify a site archive, load its images and repository; then `up` builds nothing")
+    install.add_argument("archive", type=Path, help="the archive, or any one of its parts")
 
 
 def _show(settings: Settings) -> None:
@@ -108,6 +124,9 @@ def _local(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "bases":
         chosen = bases.resolve_bases(settings, pull=args.pull, build_network=args.build_network, force=args.rebuild)
         print(json.dumps(chosen))
+        return
+    if args.command in ("archive", "install"):
+        print(json.dumps(_site(args, settings)))
         return
     if args.command == "down":
         stack.down(stack.LocalStack(project=args.project))
@@ -143,10 +162,41 @@ def _update(args: argparse.Namespace, settings: Settings) -> int:
     return code
 
 
+def _site(args: argparse.Namespace, settings: Settings) -> dict[str, object]:
+    from deploy.local import site_archive, site_install
+    from deploy.local.stack import LocalStack
+    from generator.errors import ServerError
+    from generator.server.archive_parts import parse_size
+
+    try:
+        if args.command == "install":
+            return site_install.install_site(args.archive, args.project)
+        stack = LocalStack(project=args.project, pull=args.pull, build_network=args.build_network,
+                           build_ca_bundle=args.build_ca_bundle)
+        split = parse_size(args.split) if args.split else None
+        paths, listing = site_archive.make_site_archive(settings, stack, args.output, tag=args.tag,
+                                                        split_bytes=split)
+    except ServerError as exc:  # the shared archive code's parts and sizes
+        raise DeployError(str(exc)) from None
+    return {"archive": [str(p) for p in paths], "bytes": sum(p.stat().st_size for p in paths),
+            "sha256": str(listing)}
+
+
+def _site_settings(args: argparse.Namespace) -> Path | None:
+    """``up`` of a site installed from an archive reads the archive's settings unless --config says otherwise."""
+    if args.command != "up" or args.config is not None:
+        given: Path | None = args.config
+        return given
+    from deploy.local.site import SETTINGS_FILE, site_dir
+
+    recorded = site_dir(args.project) / SETTINGS_FILE
+    return recorded if recorded.is_file() else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        settings = load_settings(args.config, args.assignments)
+        settings = load_settings(_site_settings(args), args.assignments)
         if args.command == "render":
             from deploy.render import render_all, write_rendered
 
@@ -164,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("deploy check: rendered files are current, valid and hardened")
         elif args.command in ("update", "rollback"):
             return _update(args, settings)
-        elif args.command in ("up", "down", "bases", "build"):
+        elif args.command in ("up", "down", "bases", "build", "archive", "install"):
             _local(args, settings)
         else:
             _show(settings)

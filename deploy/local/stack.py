@@ -6,6 +6,8 @@ the CPU stack's images (layer-cached), starts ``pod``, ``proxy``, ``builder-cpu`
 ``prometheus`` from the committed ``deploy/docker-compose.yml`` and waits until each is healthy (the builder:
 exited 0). Its last line on stdout is one JSON object: ``https``, ``grpcs``, ``ca_cert``, ``prometheus``,
 ``admin_token_file``. ``down`` removes the project's containers, networks and volumes, and the credentials.
+A project installed from a site archive (``deploy install``, site_install.py) runs from the archive's rendered
+files and images instead: ``up`` then builds nothing and pulls nothing, and ``down`` keeps the installed site.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ logger = logging.getLogger(__name__)
 DEPLOY_DIR = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = DEPLOY_DIR / "docker-compose.yml"
 STATE_ROOT = DEPLOY_DIR / ".local"  # git-ignored and docker-ignored
+# Sites installed from an archive (site_install.py), by project: their rendered files and images. `down` keeps them.
+SITES_ROOT = STATE_ROOT / ".sites"
+SITE_ENV = "site.env"
 ENV_FILE = "compose.env"
 DEFAULT_PROJECT = "yolo-triton-local"
 UP_SERVICES = ("pod", "proxy", "builder-cpu", "triton-cpu", "prometheus")
@@ -70,11 +75,22 @@ class LocalStack:
 
 
 def compose_args(project: str, *args: str) -> list[str]:
-    """``docker compose`` for ``project`` on the committed file: deploy/.env, then the run's own compose.env."""
+    """``docker compose`` for ``project`` on the committed file (an installed site's own rendered files where
+    ``deploy install`` put them): its .env, then the run's own compose.env."""
     own = STATE_ROOT / project / ENV_FILE
-    env_files = ["--env-file", str(DEPLOY_DIR / ".env"), *(["--env-file", str(own)] if own.is_file() else [])]
-    return ["compose", "--project-directory", str(DEPLOY_DIR), "-f", str(COMPOSE_FILE), *env_files, "-p", project,
-            *args]
+    directory = SITES_ROOT / project if installed_site(project) is not None else DEPLOY_DIR
+    env_files = ["--env-file", str(directory / ".env"), *(["--env-file", str(own)] if own.is_file() else [])]
+    return ["compose", "--project-directory", str(directory), "-f", str(directory / COMPOSE_FILE.name), *env_files,
+            "-p", project, *args]
+
+
+def installed_site(project: str) -> dict[str, str] | None:
+    """The image variables of the site archive installed for ``project`` (None where none is): ``up`` then
+    builds nothing and pulls nothing."""
+    from deploy.composefile import parse_env
+
+    path = SITES_ROOT / project / SITE_ENV
+    return parse_env(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def write_env_file(stack: LocalStack, env: dict[str, str]) -> Path:
@@ -164,13 +180,19 @@ def build(settings: Settings, stack: LocalStack, *, loadtest: bool = False) -> d
 
 def up(settings: Settings, stack: LocalStack) -> dict[str, str]:
     """Start the local CPU stack and return its endpoints once every service is healthy."""
-    bases = build(settings, stack)
+    site = installed_site(stack.project)
+    if site is not None:
+        check_engine()
+        logger.info("starting the site installed from an archive: no image is built or pulled")
+    bases = site if site is not None else build(settings, stack)
     credentials = ensure_credentials(stack.state, owner=settings.run_as_uid, tls_dir=stack.tls_dir)
     env = stack_env(settings, stack, credentials, bases)
     write_env_file(stack, env)
     logger.info("starting %s and waiting until each is healthy", ", ".join(UP_SERVICES))
-    started = docker.run(compose_args(stack.project, "up", "--detach", "--no-build", "--wait", "--wait-timeout",
-                                      str(WAIT_TIMEOUT_S), *UP_SERVICES), env=env, capture=False, check=False)
+    never_pull = ("--pull", "never") if site is not None else ()
+    started = docker.run(compose_args(stack.project, "up", "--detach", "--no-build", *never_pull, "--wait",
+                                      "--wait-timeout", str(WAIT_TIMEOUT_S), *UP_SERVICES), env=env, capture=False,
+                         check=False)
     if started.returncode != 0:
         raise LocalStackError(f"the stack did not become healthy: {_why_not_healthy(stack, env)} "
                               f"(python -m deploy down --local --project {stack.project} removes it)")

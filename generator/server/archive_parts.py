@@ -8,6 +8,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from collections.abc import Iterator
@@ -19,6 +20,14 @@ _PART = re.compile(r"^(?P<stem>.+)\.(?P<index>\d{3})-of-(?P<count>\d{3})$")
 _SIZE = re.compile(r"^(\d+)([KMG]?)$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def parse_size(text: str) -> int:
@@ -76,6 +85,38 @@ def find_parts(given: Path) -> list[Path]:
     if parts[-1].stat().st_size > full:
         raise ServerError(f"part {parts[-1].name} is larger than the others: it does not belong to this archive")
     return parts
+
+
+def checksum_file(parts: list[Path]) -> Path:
+    """The ``sha256sum`` listing of an archive's parts (or its one file), beside them: ``NAME.sha256``. Small enough
+    to carry or sign apart from the archive; ``sha256sum -c`` reads it too."""
+    lines = [f"{sha256_file(part)}  {part.name}\n" for part in parts]
+    listing = parts[0].with_name(f"{_stem(parts[0])}.sha256")
+    listing.write_text("".join(lines), encoding="utf-8")
+    return listing
+
+
+def check_checksums(parts: list[Path]) -> Path | None:
+    """Every part against ``NAME.sha256`` beside it, where there is one (None where there is not); a part whose
+    sha256 differs, or that the listing does not name, is refused by name."""
+    listing = parts[0].with_name(f"{_stem(parts[0])}.sha256")
+    if not listing.is_file():
+        return None
+    wanted = {}
+    for line in listing.read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.partition(" ")
+        wanted[name.strip().lstrip("*")] = digest  # sha256sum writes "*NAME" in binary mode
+    for part in parts:
+        found = sha256_file(part)
+        if found != wanted.get(part.name):
+            raise ServerError(f"part {part.name} has sha256 {found}, {listing.name} says {wanted.get(part.name)}: it "
+                              "was altered or damaged; copy it again")
+    return listing
+
+
+def _stem(path: Path) -> str:
+    match = _PART.match(path.name)
+    return match.group("stem") if match else path.name
 
 
 class PartsReader(io.RawIOBase):

@@ -26,14 +26,12 @@ interpreter's packages and adds the carried ones) made. A refused archive names 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import platform
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +39,7 @@ from typing import Any
 
 from generator import __version__
 from generator.errors import ServerError
-from generator.server.archive_parts import CHUNK, PartsReader, find_parts, split_file
+from generator.server.archive_parts import sha256_file
 from generator.server.embedded import (
     PYTRITON_VERSION,
     STUB_PYTHONS,
@@ -59,6 +57,7 @@ from generator.server.environments import (
     ensure_environment,
     ensure_runtime,
 )
+from generator.server.indexed_tar import IndexedTar, file_entries, members_of, publish
 
 logger = logging.getLogger(__name__)
 
@@ -136,14 +135,6 @@ def wheel_project(filename: str) -> str:
     return canonical(filename.split("-", 1)[0])
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def lock_hashes(lock_text: str) -> dict[str, str]:
     """sha256 -> the pinned ``name==version`` it belongs to, for every hash of a lock file."""
     hashes: dict[str, str] = {}
@@ -196,10 +187,6 @@ def _drop_duplicates(folder: Path, kept: list[Path]) -> None:
             wheel.unlink()
 
 
-def _members(root: Path) -> dict[str, Path]:
-    return {path.relative_to(root).as_posix(): path for path in sorted(root.rglob("*")) if path.is_file()}
-
-
 def make_archive(target: Target, output: Path, runtime: RuntimeSpec | None = None,
                  split_bytes: int | None = None, schema: bool = False) -> list[Path]:
     """Download what the target needs and write the archive into ``output``: its path, or its parts. ``schema``
@@ -221,33 +208,14 @@ def make_archive(target: Target, output: Path, runtime: RuntimeSpec | None = Non
         if runtime is not None:
             _download_runtime(target, runtime, payload / "runtime", Path(tmp))
             _drop_duplicates(payload / "runtime", [payload / "stub", payload / "perf"])
-        members = _members(payload)
+        members = members_of(payload)
         index = {"format": FORMAT, "tool_version": __version__,
                  "target": {**target.__dict__, "stub": ",".join(target.stubs)},
                  "locks": [{"name": locked.lock.name, "sha256": locked.digest()} for locked in target.lockeds],
                  "schema": {"name": PERF_ANALYZER.lock.name, "sha256": PERF_ANALYZER.digest()} if schema else None,
                  "runtime": list(runtime.extras) if runtime else None,
-                 "files": {name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for name, p in members.items()}}
-        staged = Path(tmp) / f"{target.stem}.tar"
-        _write_tar(staged, index, members)
-        final = output / staged.name
-        for old in [final, *output.glob(f"{final.name}.*-of-*")]:
-            old.unlink(missing_ok=True)
-        staged.rename(final)
-    return split_file(final, split_bytes) if split_bytes else [final]
-
-
-def _write_tar(path: Path, index: dict[str, Any], members: dict[str, Path]) -> None:
-    data = json.dumps(index, indent=1, sort_keys=True).encode()
-    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo(INDEX)
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
-        for name, source in members.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = source.stat().st_size, 0o644
-            with source.open("rb") as handle:
-                tar.addfile(info, handle)
+                 "files": file_entries(members)}
+        return publish(Path(tmp) / f"{target.stem}.tar", output, INDEX, index, members, split_bytes)
 
 
 # --- verifying and installing (the offline machine) -----------------------------------------------------------
@@ -284,18 +252,7 @@ def _refuse(archive: str, problem: str) -> ServerError:
     return ServerError(f"refusing the archive {archive}: {problem}; nothing was installed")
 
 
-def _read_index(tar: tarfile.TarFile, name: str) -> dict[str, Any]:
-    first = tar.next()
-    if first is None or first.name != INDEX or not first.isfile() or first.size > 1 << 22:
-        raise _refuse(name, f"it does not start with {INDEX} (not an archive of python -m generator archive)")
-    handle = tar.extractfile(first)
-    try:
-        index = json.loads(handle.read() if handle else b"")
-    except ValueError:
-        raise _refuse(name, f"its {INDEX} is not valid JSON") from None
-    if not isinstance(index, dict) or index.get("format") != FORMAT or not isinstance(index.get("files"), dict):
-        raise _refuse(name, f"its {INDEX} is not format {FORMAT}")
-    return index
+_ARCHIVE = IndexedTar(INDEX, FORMAT, _MEMBER.match, "python -m generator archive", _refuse)
 
 
 def _check_target(index: dict[str, Any], name: str) -> Target:
@@ -318,24 +275,6 @@ def _check_target(index: dict[str, Any], name: str) -> Target:
     return target
 
 
-def _copy_member(tar: tarfile.TarFile, member: tarfile.TarInfo, expected: dict[str, Any], root: Path,
-                 name: str) -> None:
-    if not member.isfile() or not _MEMBER.match(member.name):
-        raise _refuse(name, f"it holds {member.name!r}, which is not a file the index lists")
-    target = root / member.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    source = tar.extractfile(member)
-    assert source is not None  # a regular file
-    with target.open("wb") as sink:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-            sink.write(chunk)
-    if member.size != expected["size"] or digest.hexdigest() != expected["sha256"]:
-        raise _refuse(name, f"{member.name} has sha256 {digest.hexdigest()} ({member.size} bytes), the index says "
-                            f"{expected['sha256']} ({expected['size']} bytes): it was altered or damaged")
-
-
 def _check_pins(archive: VerifiedArchive, name: str) -> None:
     """Each stub wheel must be one the lock pins (its sha256 among the lock's); the server wheel the pinned one."""
     for folder, lockeds in (("stub", archive.target.lockeds), ("perf", (PERF_ANALYZER,))):
@@ -356,28 +295,10 @@ def _check_pins(archive: VerifiedArchive, name: str) -> None:
 
 def verify_archive(given: Path, root: Path) -> VerifiedArchive:
     """Read the archive (one file or the parts ``given`` belongs to) into ``root``, checking everything."""
-    parts = find_parts(given)
-    name = given.name
-    reader = PartsReader(parts)
-    try:
-        with tarfile.open(fileobj=reader, mode="r|") as tar:
-            index = _read_index(tar, name)
-            target = _check_target(index, name)
-            seen: set[str] = set()
-            while (member := tar.next()) is not None:  # iterating the TarFile would start over
-                expected = index["files"].get(member.name)
-                if expected is None or member.name in seen:
-                    raise _refuse(name, f"it holds {member.name!r}, which its index does not list (once)")
-                _copy_member(tar, member, expected, root, name)
-                seen.add(member.name)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        where = f" in {reader.current_name}" if reader.current_name else ""
-        raise _refuse(name, f"it is truncated or damaged{where} ({exc})") from None
-    missing = sorted(set(index["files"]) - seen)
-    if missing:
-        raise _refuse(name, f"it is partial: {len(missing)} listed file(s) missing, first {missing[0]}")
-    archive = VerifiedArchive(root, index, target)
-    _check_pins(archive, name)
+    found: list[Target] = []
+    index = _ARCHIVE.read_verified(given, root, lambda index: found.append(_check_target(index, given.name)))
+    archive = VerifiedArchive(root, index, found[0])
+    _check_pins(archive, given.name)
     return archive
 
 

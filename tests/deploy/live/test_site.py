@@ -1,0 +1,227 @@
+"""An offline site from one archive: made here, refused when tampered (nothing loaded), installed on a Docker daemon
+that has none of its images, started with no registry and no network out, detections through the proxy.
+
+Two daemons play the two machines. The archive is made with the lane's daemon (the connected machine: it builds
+or reuses the stack's images). The site is a second ``dockerd`` this module starts and stops itself, with its own
+data root, socket and containerd namespace, so its image store starts empty: every layer the stack runs comes out
+of the archive. It has no bridge of its own, no iptables rules (so no masquerade: containers reach nothing outside
+the host), and a proxy that answers nothing for any pull. Nothing of the lane's daemon is touched but what this
+module makes there: image names of its own (``BUILT``, read by compose before deploy/.env) and the archive's tags
+(``tde-site/<name>:live-<pid>``, which ``deploy archive`` removes again once saved). Runs last in the lane.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clients import DetectionClient
+from deploy.local import site, stack
+from deploy.settings import Settings
+
+from .conftest import REPO, _no_engine, docker, probe_image
+
+pytestmark = [pytest.mark.live]
+
+PID = os.getpid()
+PROJECT = f"tde-site-{PID}"
+TAG = f"live-{PID}"
+# The images this module builds (layer-cached from the lane's) get names of its own, so that building them never
+# moves the tags another project's stack runs from.
+BUILT = {"TRITON_CPU_IMAGE": f"tde-site-build-{PID}/yolo-triton-cpu",
+         "BUILDER_CPU_IMAGE": f"tde-site-build-{PID}/yolo-builder-cpu"}
+TIMEOUT_S = 1800
+NO_PROXY_ANSWERS = "http://127.0.0.1:9"  # the site daemon's proxy for pulls: nothing listens there
+
+
+@dataclass
+class Archive:
+    path: Path
+    index: dict[str, Any]
+    make_s: float
+
+    @property
+    def refs(self) -> list[str]:
+        return [image["ref"] for image in self.index["images"]]
+
+
+@dataclass
+class SiteDaemon:
+    """The site's dockerd: its environment (``DOCKER_HOST``) for the docker and deploy commands."""
+
+    env: dict[str, str]
+
+    def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(["docker", *args], env={**os.environ, **self.env}, capture_output=True, text=True,
+                                timeout=300, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"site docker {' '.join(args[:3])} failed: {result.stderr[-1000:]}")
+        return result
+
+    def deploy(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return deploy(*args, env=self.env)
+
+    def images(self) -> list[str]:
+        return self.docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+
+
+def deploy(*args: str, env: dict[str, str] | None = None, timeout_s: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout_s, check=False, env={**os.environ, **BUILT, **(env or {})})
+
+
+def present(refs: list[str]) -> list[str]:
+    """Those of ``refs`` the lane's daemon has."""
+    return [ref for ref in refs if docker("image", "inspect", ref, check=False).returncode == 0]
+
+
+def _engine_or_skip() -> None:
+    reason = _no_engine()
+    if reason is not None:
+        if os.environ.get("TDE_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"the live-stack lane needs Docker: {reason}")
+        pytest.skip(f"no Docker Engine for the live-stack lane: {reason}")
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
+    _engine_or_skip()
+    out = tmp_path_factory.mktemp("site")
+    started = time.monotonic()
+    made = deploy("archive", "--local", "--project", PROJECT, "--no-pull", "--tag", TAG, "--output", str(out))
+    make_s = time.monotonic() - started
+    try:
+        assert made.returncode == 0, f"deploy archive failed: {made.stderr[-3000:]}"
+        (path,) = [Path(p) for p in json.loads(made.stdout.strip().splitlines()[-1])["archive"]]
+        with tarfile.open(path) as tar:
+            handle = tar.extractfile(site.INDEX)
+            index = json.loads(handle.read() if handle else b"")
+        yield Archive(path, index, make_s)
+    finally:
+        built = [f"{name}:{Settings().cpu_image_tag}" for name in BUILT.values()]  # this module's own names
+        docker("image", "rm", *present(built), check=False)
+
+
+@pytest.fixture(scope="module")
+def site_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteDaemon]:
+    """A dockerd of the site's own (module docstring), stopped and removed at the end."""
+    _engine_or_skip()
+    if shutil.which("dockerd") is None or os.geteuid() != 0:
+        pytest.fail("the site test starts a second dockerd: it needs the dockerd binary and root")
+    root = Path(f"/var/tmp/tde-site-daemon-{PID}")  # short: the socket path must fit in sun_path
+    root.mkdir(parents=True, exist_ok=True)
+    socket, log = root / "docker.sock", tmp_path_factory.mktemp("site-daemon") / "dockerd.log"
+    command = ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "--pidfile",
+               str(root / "dockerd.pid"), "-H", f"unix://{socket}", "--bridge", "none", "--iptables=false",
+               "--ip6tables=false", "--ip-masq=false", "--containerd-namespace", f"tde-site-{PID}",
+               "--containerd-plugins-namespace", f"tde-site-{PID}-plugins",
+               "--default-address-pool", f"base=10.{200 + PID % 50}.0.0/16,size=24"]
+    proxy = {"HTTP_PROXY": NO_PROXY_ANSWERS, "HTTPS_PROXY": NO_PROXY_ANSWERS, "NO_PROXY": ""}
+    with log.open("w") as sink:
+        daemon = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **proxy})
+    handle = SiteDaemon({"DOCKER_HOST": f"unix://{socket}"})
+    try:
+        deadline = time.monotonic() + 60
+        while handle.docker("info", check=False).returncode != 0:
+            assert daemon.poll() is None and time.monotonic() < deadline, f"the site dockerd: {log.read_text()[-2000:]}"
+            time.sleep(0.5)
+        yield handle
+    finally:
+        handle.deploy("down", "--local", "--project", PROJECT)
+        shutil.rmtree(site.site_dir(PROJECT), ignore_errors=True)
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_tampered_archive_is_refused_by_name_and_loads_nothing(archive: Archive, site_daemon: SiteDaemon) -> None:
+    """One byte changed in the middle of images/stack.tar: refused by the parts' .sha256 listing (naming the part),
+    and without the listing by the index inside (naming the member); either way nothing is loaded."""
+    assert present(archive.refs) == [], "deploy archive leaves none of its own tags on the machine that made it"
+    with tarfile.open(archive.path) as tar:
+        images = tar.getmember(site.IMAGES)
+    middle = images.offset_data + images.size // 2
+    listing = archive.path.with_name(f"{archive.path.name}.sha256")
+    aside = listing.with_name("aside.sha256")
+    with archive.path.open("r+b") as handle:
+        handle.seek(middle)
+        byte = handle.read(1)
+        handle.seek(middle)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    try:
+        by_part = site_daemon.deploy("install", "--local", "--project", PROJECT, str(archive.path))
+        listing.rename(aside)
+        by_member = site_daemon.deploy("install", "--local", "--project", PROJECT, str(archive.path))
+    finally:
+        if aside.exists():
+            aside.rename(listing)
+        with archive.path.open("r+b") as handle:
+            handle.seek(middle)
+            handle.write(byte)
+    name = archive.path.name
+    for refused, what in ((by_part, f"part {name} has sha256 "), (by_member, "images/stack.tar has sha256 ")):
+        err = refused.stderr.strip().splitlines()[-1]
+        assert refused.returncode == 1
+        assert err.startswith(f"error: refusing the archive {name}: {what}"), err
+        assert "altered or damaged" in err and err.endswith("nothing was loaded")
+    assert site_daemon.images() == []
+    assert site_daemon.docker("volume", "ls", "-q").stdout.split() == []
+    assert not site.site_dir(PROJECT).exists()
+
+
+def test_the_site_installs_on_an_empty_daemon_starts_offline_and_serves(archive: Archive, site_daemon: SiteDaemon,
+                                                                         scenes: list[bytes]) -> None:
+    assert site_daemon.images() == []
+    started = time.monotonic()
+    installed = site_daemon.deploy("install", "--local", "--project", PROJECT, str(archive.path))
+    install_s = time.monotonic() - started
+    assert installed.returncode == 0, f"deploy install failed: {installed.stderr[-3000:]}"
+    assert json.loads(installed.stdout.strip().splitlines()[-1])["role"] == "stable"
+    assert sorted(site_daemon.images()) == sorted(archive.refs)
+
+    started = time.monotonic()
+    up = site_daemon.deploy("up", "--local", "--project", PROJECT, "--publish", "auto", "--no-pull",
+                            "--build-network", "none")
+    up_s = time.monotonic() - started
+    assert up.returncode == 0, f"deploy up of the installed site failed: {up.stderr[-3000:]}"
+    assert "no image is built or pulled" in up.stderr and "building " not in up.stderr
+    endpoints = json.loads(up.stdout.strip().splitlines()[-1])
+
+    def compose(*args: str) -> str:
+        env = {**os.environ, **site_daemon.env, **stack.read_env_file(stack.LocalStack(project=PROJECT))}
+        return subprocess.run(["docker", *stack.compose_args(PROJECT, *args)], env=env, capture_output=True,
+                              text=True, timeout=120, check=True).stdout
+
+    builder = compose("ps", "--all", "-q", "builder-cpu").strip()
+    assert site_daemon.docker("inspect", "--format", "{{.HostConfig.NetworkMode}} {{.State.ExitCode}} {{.Config.Image}}",
+                              builder).stdout.split() == ["none", "0", f"tde-site/yolo-builder-cpu:{TAG}"]
+    logs = site_daemon.docker("logs", builder)
+    assert f"{archive.index['repository']['build']} already matches" in logs.stdout + logs.stderr  # not rebuilt
+    triton = compose("ps", "-q", "triton-cpu").strip()
+    outside = site_daemon.docker("exec", triton, "python3", "-c",
+                                 "import socket; socket.create_connection(('deb.debian.org', 80), timeout=5)",
+                                 check=False)
+    assert outside.returncode != 0  # no way out of the site's containers
+
+    with DetectionClient(endpoints["grpcs"], ca_cert=Path(endpoints["ca_cert"]), timeout_s=10) as client:
+        client.detect(probe_image())
+        found = [len(result) for result in client.detect_many(scenes)]
+    assert len(found) == len(scenes) and sum(found) > 0, found
+    print(f"\nsite archive: {archive.path.stat().st_size / 2**20:.0f} MiB; deploy archive {archive.make_s:.0f} s, "
+          f"deploy install (empty daemon) {install_s:.0f} s, deploy up (installed site) {up_s:.0f} s")
