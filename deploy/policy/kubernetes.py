@@ -95,8 +95,16 @@ def _triton_container(pod: dict[str, Any], main: dict[str, Any], settings: Setti
         problems.append(f"Deployment/triton: /dev/shm must be an emptyDir medium Memory sizeLimit {want}, got {shm}")
     if (mounts.get(commands.MODELS_VOLUME) or {}).get("readOnly") is not True:
         problems.append(f"Deployment/triton: {commands.MODELS_VOLUME} must be mounted read-only")
-    problems += _claim(pod, main, "Deployment/triton")
+    problems += _claim(pod, main, "Deployment/triton") + _gpu_product(pod, settings, "Deployment/triton")
     return problems
+
+
+def _gpu_product(pod: dict[str, Any], settings: Settings, where: str) -> list[str]:
+    """A plan belongs to the GPU it was built on: with gpu_product set, the build and the pods land on it."""
+    want = {"nvidia.com/gpu.product": settings.gpu_product} if settings.kubernetes_gpu and settings.gpu_product else None
+    if (pod.get("nodeSelector") or None) != want:
+        return [f"{where}: nodeSelector must be {want} (gpu_product), got {pod.get('nodeSelector')}"]
+    return []
 
 
 def _claim(pod: dict[str, Any], container: dict[str, Any], where: str) -> list[str]:
@@ -219,7 +227,7 @@ def _build_job(job: dict[str, Any], settings: Settings) -> list[str]:
     problems = builder_command_violations(containers[0].get("args") or [], settings, target, where)
     if containers[0].get("image") != settings.kubernetes_images()[0]:
         problems.append(f"{where}: image must be {settings.kubernetes_images()[0]}")
-    return problems + _claim(pod, containers[0], where)
+    return problems + _claim(pod, containers[0], where) + _gpu_product(pod, settings, where)
 
 
 def _rollout_job(job: dict[str, Any], settings: Settings) -> list[str]:

@@ -276,5 +276,9 @@ def test_a_gpu_product_pins_the_pods_and_the_build_to_it_and_a_storage_class_is_
     assert pvc["spec"]["storageClassName"] == "nfs-client"
     rollout = yaml.safe_load((tmp_path / "k8s" / "rollout-job.yaml").read_text())["spec"]["template"]["spec"]
     assert "nodeSelector" not in rollout  # no GPU: it runs anywhere
+    write_rendered(render_all(Settings()), tmp_path)  # rendered without it: the policy names the missing selector
+    problems = run_checks(tmp_path, settings, check_drift=False)
+    assert any("Deployment/triton: nodeSelector" in p for p in problems)
+    assert any("Job/triton-build-models: nodeSelector" in p for p in problems)
     with pytest.raises(Exception, match="gpu_product"):
         Settings(gpu_product="has space")
