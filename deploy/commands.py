@@ -32,6 +32,12 @@ GPU_METRICS_PATH = "/opt/deploy/gpu_metrics.py"  # imported by the watchdog from
 # while the pod lives); compose's tmpfs starts empty again, and the alert then sees the start time change.
 WATCHDOG_STATE = "/tmp/watchdog/state.json"
 LOOPBACK = "127.0.0.1"
+# Kubernetes: the versioned repository on one ReadWriteMany claim (the build Job writes it, the pods read it), and
+# the headless Service that resolves to every Triton pod, for the rollout Job only.
+MODELS_CLAIM = "triton-models"
+ADMIN_SERVICE = "triton-admin"
+K8S_HTTP_ADDRESS = "0.0.0.0"
+ROLLOUT_POD_NAME = "triton-rollout"  # the rollout Job's pods' app.kubernetes.io/name, admitted by the policy
 # A lost Python-backend stub never comes back (the backend stopped restarting stubs in 24.06): the watchdog starts
 # a fresh tritonserver in the same container, which loads in seconds; anything else (tritonserver exited, probes
 # failing) exits the container for its restart policy. The unhealthy server gets this long after SIGTERM.
@@ -60,12 +66,14 @@ def stop_timing(settings: Settings) -> StopTiming:
     return StopTiming(exit_timeout_s=settings.exit_timeout_s)
 
 
-def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
+def triton_args(settings: Settings, *, gpu: bool, token: str, http_address: str = LOOPBACK) -> list[str]:
     """The tritonserver command line shared by compose and Kubernetes.
 
     ``gpu``: the NGC image's tritonserver; otherwise the slim CPU image's Triton 2.51, which has no
     ``--http-max-input-size`` (2.59+; the proxy enforces the same limit on both protocols) and no GPU metrics.
-    HTTP and gRPC listen on loopback only: the TLS proxy in the same network namespace is the way in.
+    HTTP and gRPC listen on loopback only: the TLS proxy in the same network namespace is the way in. On
+    Kubernetes HTTP listens on the pod's address too (``http_address`` ``0.0.0.0``) for the rollout Job, which the
+    NetworkPolicy alone admits to it (the admin APIs still need the token); gRPC stays on loopback.
     Metrics listen on every interface of the container for Prometheus. ``token`` is how the runtime
     spells the admin token: ``${TRITON_ADMIN_TOKEN...}`` in compose, ``$(TRITON_ADMIN_TOKEN)`` in
     Kubernetes; the value itself is never rendered.
@@ -82,7 +90,7 @@ def triton_args(settings: Settings, *, gpu: bool, token: str) -> list[str]:
         "--strict-readiness=true",
         "--exit-on-error=true",
         *stop_timing(settings).server_args(),
-        f"--http-address={LOOPBACK}",
+        f"--http-address={http_address}",
         f"--http-port={settings.http_port}",
         f"--grpc-address={LOOPBACK}",
         f"--grpc-port={settings.grpc_port}",
@@ -128,7 +136,7 @@ def proxy_health_command(settings: Settings) -> list[str]:
     return ["wget", "-q", "-O", "/dev/null", "-T", str(settings.probe_timeout_s), url]
 
 
-def serve_command(settings: Settings, *, gpu: bool, token: str) -> list[str]:
+def serve_command(settings: Settings, *, gpu: bool, token: str, http_address: str = LOOPBACK) -> list[str]:
     """The Triton container's command: check the repository, then run tritonserver under the watchdog."""
     return [
         "python3", "-m", "deploy.serve_models",
@@ -145,7 +153,7 @@ def serve_command(settings: Settings, *, gpu: bool, token: str) -> list[str]:
         f"--restart-on={','.join(RESTART_IN_PLACE)}",
         f"--restart-grace-s={RESTART_GRACE_S}",
         "--",
-        *triton_args(settings, gpu=gpu, token=token),
+        *triton_args(settings, gpu=gpu, token=token, http_address=http_address),
     ]
 
 
@@ -174,6 +182,21 @@ def rollout_command(settings: Settings) -> list[str]:
         f"--url={LOOPBACK}:{settings.http_port}",
         f"--metrics-url={LOOPBACK}:{settings.metrics_port}",
         f"--infer-url=grpc://{LOOPBACK}:{settings.grpc_port}",
+        f"--admin-key-file={ADMIN_TOKEN_FILE}",
+        f"--routing-dir={ROUTING_DIR}",
+    ]
+
+
+def k8s_rollout_command(settings: Settings) -> list[str]:
+    """The rollout Job's arguments: every Triton pod behind the headless Service, over the pods' network (admitted
+    to Triton's HTTP and metrics ports from the Job's pods only), never through the proxy; the token from a file."""
+    host = f"{ADMIN_SERVICE}.{settings.namespace}.svc"
+    return [
+        f"--model-repository={MODEL_REPOSITORY}",
+        f"--fleet={host}",
+        f"--url={host}:{settings.http_port}",
+        f"--metrics-url={host}:{settings.metrics_port}",
+        f"--infer-url=http://{host}:{settings.http_port}",
         f"--admin-key-file={ADMIN_TOKEN_FILE}",
         f"--routing-dir={ROUTING_DIR}",
     ]

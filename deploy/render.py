@@ -71,6 +71,11 @@ OUTPUTS: tuple[Output, ...] = (
     Output("k8s/servicemonitor.yaml", "k8s/servicemonitor.yaml.j2"),
     Output("k8s/prometheusrule.yaml", "k8s/prometheusrule.yaml.j2"),
     Output("k8s/prometheus-adapter-rules.yaml", "k8s/prometheus-adapter-rules.yaml.j2"),
+    Output("k8s/pvc.yaml", "k8s/pvc.yaml.j2"),
+    Output("k8s/admin-service.yaml", "k8s/admin-service.yaml.j2"),
+    Output("k8s/build-job.yaml", "k8s/build-job.yaml.j2"),
+    Output("k8s/rollout-job.yaml", "k8s/rollout-job.yaml.j2", (("rollback", ""),)),
+    Output("k8s/rollback-job.yaml", "k8s/rollout-job.yaml.j2", (("rollback", "1"),)),
     Output("k8s/locust.yaml", "k8s/locust.yaml.j2"),
     Output("monitoring/prometheus/prometheus.yml", "monitoring/prometheus.yml.j2"),
     Output("monitoring/prometheus/alerts.yml", "monitoring/alerts.yml.j2"),
@@ -80,7 +85,8 @@ OUTPUTS: tuple[Output, ...] = (
 )
 
 # Applied by `kubectl apply -k`; the load-test Jobs are applied on purpose, never with every deploy.
-K8S_ON_DEMAND_FILES = ("locust.yaml",)
+# So are the one-shot Jobs of the versioned repository: the build (first, and for every new version) and the rollout.
+K8S_ON_DEMAND_FILES = ("locust.yaml", "build-job.yaml", "rollout-job.yaml", "rollback-job.yaml")
 K8S_RESOURCE_FILES = tuple(
     name
     for name in (o.path.removeprefix("k8s/") for o in OUTPUTS if o.path.startswith("k8s/"))
@@ -147,6 +153,11 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "routing_dir": commands.ROUTING_DIR,
         "canary_buckets": commands.CANARY_BUCKETS,
         "rollout_command": commands.rollout_command(settings),
+        "k8s_rollout_command": commands.k8s_rollout_command(settings),
+        "k8s_http_address": commands.K8S_HTTP_ADDRESS,
+        "models_claim": commands.MODELS_CLAIM,
+        "admin_service": commands.ADMIN_SERVICE,
+        "rollout_pod_name": commands.ROLLOUT_POD_NAME,
         "admin_token_file": commands.ADMIN_TOKEN_FILE,
         "watchdog_path": commands.WATCHDOG_PATH,
         "gpu_metrics_path": commands.GPU_METRICS_PATH,

@@ -5,7 +5,9 @@ the stack's Triton, with the split published for the proxy as well as for the cl
         --metrics-url=127.0.0.1:8002 --infer-url=grpc://127.0.0.1:8001 --admin-key-file=/run/secrets/admin_token \\
         --routing-dir=/models/routing [generator rollout flags: --window-s, --control-images, ...] [--rollback]
 
-It runs in the pod's network namespace (Triton's admin API and metrics on its loopback, never through the public
+On Kubernetes (``--fleet``, the Job deploy/k8s/rollout-job.yaml) it drives every Triton pod behind the headless
+Service (generator/operate/fleet.py) over the pods' network, admitted by the NetworkPolicy from its own pods only.
+In compose it runs in the pod's network namespace (Triton's admin API and metrics on its loopback, never through the public
 proxy), reads the admin token from a secret file, and keeps its phase in the volume (``rollout.json``): started
 again after it was killed, it first ends the interrupted rollout safe. Exit 0: promoted; 3: rolled back (by its
 checks, its watch, an interruption, or ``--rollback``); 1: an error, one line on stderr.
@@ -19,8 +21,12 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from generator.errors import GeneratorError
+
+if TYPE_CHECKING:
+    from generator.operate.fleet import FleetControl
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,9 +36,28 @@ def _parser() -> argparse.ArgumentParser:
     rollout_cli.add_arguments(parser)
     parser.add_argument("--routing-dir", type=Path, required=True,
                         help="where the proxy and the clients read the split (deploy/routing.py)")
+    parser.add_argument("--fleet", default=None, metavar="HOST",
+                        help="drive every Triton HOST resolves to (a headless Service), on the ports of --url and "
+                             "--metrics-url: load, metrics summed, promote and roll back on each")
     parser.add_argument("--rollback", action="store_true",
                         help="instead of a rollout: stop a canary still routed to, or undo the last promotion")
     return parser
+
+
+def _port(url: str, flag: str) -> int:
+    host, _, port = url.removeprefix("http://").rpartition(":")
+    if not host or not port.isdigit():
+        raise GeneratorError(f"{flag} {url!r} must be HOST:PORT")
+    return int(port)
+
+
+def fleet_control(args: argparse.Namespace) -> FleetControl:
+    """--fleet: every server the name resolves to, on the ports --url and --metrics-url give."""
+    from generator.cli import rollout as rollout_cli
+    from generator.operate.fleet import FleetControl, headless
+
+    servers = headless(args.fleet, _port(args.url, "--url"), _port(args.metrics_url, "--metrics-url"))
+    return FleetControl(servers, rollout_cli.admin_key(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,11 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         to_proxy = partial(publish, args.routing_dir)
         args.route_file = args.routing_dir / ROUTE_FILE
+        control = fleet_control(args) if args.fleet else rollout_cli.control_from_args(args)
         if args.rollback:
-            record = rollback(args.model_repository, rollout_cli.control_from_args(args), args.route_file,
-                              args.drain_s, publish=to_proxy)
+            record = rollback(args.model_repository, control, args.route_file, args.drain_s, publish=to_proxy)
             return rollout_cli.report(record, args)
-        settings = rollout_cli.settings_from_args(args, publish=to_proxy)
+        settings = rollout_cli.settings_from_args(args, control, publish=to_proxy)
         return rollout_cli.report(rollout(settings), args)
     except (GeneratorError, OSError) as exc:
         print(f"rollout: {exc}", file=sys.stderr)

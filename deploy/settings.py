@@ -264,6 +264,14 @@ class Settings:
     # Where the Prometheus that scrapes Triton runs: the NetworkPolicy admits only it to the metrics port.
     prometheus_namespace: str = "monitoring"
     prometheus_pod_name: str = "prometheus"  # its app.kubernetes.io/name label
+    # The versioned repository on one ReadWriteMany claim, filled by the build Job and read by every pod; "" takes
+    # the cluster's default StorageClass, which must offer ReadWriteMany (NFS, CephFS, EFS, Filestore...).
+    models_storage_class: str = ""
+    models_storage_gib: int = 20
+    # GPU stack: the plan is built on the build Job's GPU, so every pod must land on that product; the
+    # nvidia.com/gpu.product label (GPU feature discovery) of the nodes, e.g. NVIDIA-H100-80GB-HBM3. "": unpinned
+    # (one GPU product in the cluster); `generator check` in each pod still refuses a plan for another GPU.
+    gpu_product: str = ""
 
     def __post_init__(self) -> None:
         _check_images(self)
@@ -532,6 +540,12 @@ def _check_kubernetes(s: Settings) -> None:
         raise SettingsError("hpa_min_replicas must be >= 2, or the PodDisruptionBudget blocks every drain")
     if s.kubernetes_stack not in ("gpu", "cpu"):
         raise SettingsError(f"kubernetes_stack {s.kubernetes_stack!r} must be 'gpu' or 'cpu'")
+    if s.models_storage_class and not _DNS_RE.fullmatch(s.models_storage_class.replace(".", "-")):
+        raise SettingsError(f"models_storage_class {s.models_storage_class!r} is not a StorageClass name")
+    if s.models_storage_gib < 1:
+        raise SettingsError("models_storage_gib must be at least 1")
+    if s.gpu_product and not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", s.gpu_product):
+        raise SettingsError(f"gpu_product {s.gpu_product!r} is not a Kubernetes label value")
     if s.locust_protocol not in ("grpc", "http"):
         raise SettingsError(f"locust_protocol {s.locust_protocol!r} must be 'grpc' or 'http'")
 

@@ -28,8 +28,8 @@ REQUIRED_TRITON_FLAGS = (
     "--allow-sagemaker=false",
     "--allow-vertex-ai=false",
     "--metrics-config=summary_latencies=true",
-    # Behind the proxy: HTTP and gRPC exist only on the loopback of the proxy's network namespace / pod.
-    f"--http-address={commands.LOOPBACK}",
+    # Behind the proxy: gRPC exists only on the loopback of the proxy's network namespace / pod (HTTP too in
+    # compose; on Kubernetes HTTP listens on the pod's address for the rollout Job: triton_flag_violations).
     f"--grpc-address={commands.LOOPBACK}",
 )
 
@@ -55,7 +55,8 @@ def release_violation(release: str, where: str) -> list[str]:
     return [f"{where}: Triton release {release} is older than {MIN_TRITON_RELEASE} (2025 security fixes)"]
 
 
-def triton_flag_violations(args: Sequence[str], settings: Settings, where: str, *, gpu: bool = True) -> list[str]:
+def triton_flag_violations(args: Sequence[str], settings: Settings, where: str, *, gpu: bool = True,
+                           http_address: str = commands.LOOPBACK) -> list[str]:
     """Server flags: control mode, readiness, loopback, size cap, drain, cloud endpoints off, admin APIs.
 
     The size cap is the NGC server's (``gpu``); the CPU image's Triton 2.51 has none (2.59+) and relies on the proxy.
@@ -67,6 +68,7 @@ def triton_flag_violations(args: Sequence[str], settings: Settings, where: str, 
     if flag_values(args, "--http-max-input-size") != want_cap:
         problems.append(f"{where}: --http-max-input-size must be {want_cap} (none on Triton 2.51), "
                         f"got {flag_values(args, '--http-max-input-size')}")
+    problems += _one(args, "--http-address", http_address, where)
     problems += _one(args, "--model-repository", commands.MODEL_REPOSITORY, where)
     problems += _one(args, "--load-model", settings.model_name, where)
     problems += _one(args, "--exit-timeout-secs", str(commands.stop_timing(settings).exit_timeout_s), where)
@@ -87,7 +89,8 @@ def triton_flag_violations(args: Sequence[str], settings: Settings, where: str, 
     return problems
 
 
-def serve_command_violations(command: Sequence[str], settings: Settings, where: str, *, gpu: bool) -> list[str]:
+def serve_command_violations(command: Sequence[str], settings: Settings, where: str, *, gpu: bool,
+                             http_address: str = commands.LOOPBACK) -> list[str]:
     """The Triton container checks the repository, then runs tritonserver under the watchdog."""
     args = list(command)
     if args[:3] != ["python3", "-m", "deploy.serve_models"] or "--" not in args:
@@ -95,7 +98,7 @@ def serve_command_violations(command: Sequence[str], settings: Settings, where: 
     split = args.index("--")
     head, server = args[:split], args[split + 1:]
     timing = commands.stop_timing(settings)
-    problems = triton_flag_violations(server, settings, where, gpu=gpu)
+    problems = triton_flag_violations(server, settings, where, gpu=gpu, http_address=http_address)
     pools = flag_values(server, "--cuda-memory-pool-byte-size")
     want_pools = [a.split("=", 1)[1] for a in commands.cuda_pool_args(settings)] if gpu else []
     if pools != want_pools:

@@ -68,7 +68,8 @@ def _probes(main: dict[str, Any], settings: Settings) -> list[str]:
 
 def _triton_container(pod: dict[str, Any], main: dict[str, Any], settings: Settings) -> list[str]:
     gpu = settings.kubernetes_gpu
-    problems = serve_command_violations(main.get("args") or [], settings, "Deployment/triton", gpu=gpu)
+    problems = serve_command_violations(main.get("args") or [], settings, "Deployment/triton", gpu=gpu,
+                                        http_address=commands.K8S_HTTP_ADDRESS)
     problems += _probes(main, settings)
     limits = (main.get("resources") or {}).get("limits") or {}
     if (int(limits.get("nvidia.com/gpu", 0)) >= 1) != gpu:
@@ -76,9 +77,11 @@ def _triton_container(pod: dict[str, Any], main: dict[str, Any], settings: Setti
                         f"(kubernetes_stack {settings.kubernetes_stack})")
     if main.get("image") != settings.kubernetes_images()[1]:
         problems.append(f"Deployment/triton: image must be {settings.kubernetes_images()[1]}, got {main.get('image')}")
-    ports = {p.get("containerPort") for p in main.get("ports") or []}
-    if ports & {settings.http_port, settings.grpc_port}:
-        problems.append("Deployment/triton: Triton's HTTP/gRPC ports must not be container ports (loopback only)")
+    ports = {p.get("containerPort"): p.get("name") for p in main.get("ports") or []}
+    if settings.grpc_port in ports:
+        problems.append("Deployment/triton: Triton's gRPC port must not be a container port (loopback only)")
+    if settings.http_port in ports and ports[settings.http_port] != "http":
+        problems.append("Deployment/triton: Triton's HTTP port, for the rollout Job, must be the container port 'http'")
     env = {e.get("name"): e for e in main.get("env") or []}
     if "secretKeyRef" not in ((env.get("TRITON_ADMIN_TOKEN") or {}).get("valueFrom") or {}):
         problems.append("Deployment/triton: TRITON_ADMIN_TOKEN must come from a Secret")
@@ -92,7 +95,26 @@ def _triton_container(pod: dict[str, Any], main: dict[str, Any], settings: Setti
         problems.append(f"Deployment/triton: /dev/shm must be an emptyDir medium Memory sizeLimit {want}, got {shm}")
     if (mounts.get(commands.MODELS_VOLUME) or {}).get("readOnly") is not True:
         problems.append(f"Deployment/triton: {commands.MODELS_VOLUME} must be mounted read-only")
+    problems += _claim(pod, main, "Deployment/triton") + _gpu_product(pod, settings, "Deployment/triton")
     return problems
+
+
+def _gpu_product(pod: dict[str, Any], settings: Settings, where: str) -> list[str]:
+    """A plan belongs to the GPU it was built on: with gpu_product set, the build and the pods land on it."""
+    want = {"nvidia.com/gpu.product": settings.gpu_product} if settings.kubernetes_gpu and settings.gpu_product else None
+    if (pod.get("nodeSelector") or None) != want:
+        return [f"{where}: nodeSelector must be {want} (gpu_product), got {pod.get('nodeSelector')}"]
+    return []
+
+
+def _claim(pod: dict[str, Any], container: dict[str, Any], where: str) -> list[str]:
+    """``container`` mounts the shared versioned repository (the ReadWriteMany claim) at the models path."""
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    mount: dict[str, Any] = next((m for m in container.get("volumeMounts") or [] if m.get("mountPath") == commands.MODELS_VOLUME), {})
+    claim = (volumes.get(mount.get("name", ""), {}).get("persistentVolumeClaim") or {}).get("claimName")
+    if claim != commands.MODELS_CLAIM:
+        return [f"{where}: {commands.MODELS_VOLUME} must be the shared claim {commands.MODELS_CLAIM}, got {claim}"]
+    return []
 
 
 def _proxy_container(pod: dict[str, Any], proxy: dict[str, Any] | None, settings: Settings) -> list[str]:
@@ -127,15 +149,10 @@ def _deployment(doc: dict[str, Any], by_kind: dict[str, list[dict[str, Any]]], s
     if int(pod.get("terminationGracePeriodSeconds", 30)) < timing.container_grace_s:
         problems.append(f"Deployment/triton: terminationGracePeriodSeconds must be >= {timing.container_grace_s} "
                         "(the watchdog's drain plus a margin)")
-    inits = pod.get("initContainers") or []
-    builders = [c for c in inits if any(m.get("mountPath") == commands.MODELS_VOLUME and not m.get("readOnly")
-                                        for m in c.get("volumeMounts") or [])]
-    if len(builders) != 1:
-        problems.append(f"Deployment/triton: one initContainer must build {commands.MODELS_VOLUME}")
-    else:
-        target: Target = "tensorrt" if settings.kubernetes_gpu else "embedded"
-        problems += builder_command_violations(builders[0].get("args") or [], settings, target,
-                                               "Deployment/triton initContainer")
+    for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
+        if any(m.get("mountPath") == commands.MODELS_VOLUME and not m.get("readOnly") for m in c.get("volumeMounts") or []):
+            problems.append(f"Deployment/triton container {c['name']}: no per-pod build; {commands.MODELS_VOLUME} is "
+                            "read-only in the pods (the build Job fills the shared claim)")
     configs = [c for c in by_kind.get("ConfigMap", []) if c["metadata"]["name"] == PROXY_CONFIGMAP]
     if len(configs) != 1:
         return [*problems, f"k8s: need one ConfigMap {PROXY_CONFIGMAP}"]
@@ -158,9 +175,11 @@ def _network_policy(by_kind: dict[str, list[dict[str, Any]]], settings: Settings
         ports = {str(p.get("port")) for p in rule.get("ports") or []}
         if not ports:
             problems.append("NetworkPolicy/triton: a rule without ports admits every port")
-        if ports & {str(settings.http_port), str(settings.grpc_port), "http", "grpc"}:
-            problems.append("NetworkPolicy/triton: Triton's own HTTP/gRPC ports must not be admitted")
-        if "metrics" in ports or str(settings.metrics_port) in ports:
+        if ports & {str(settings.grpc_port), "grpc"}:
+            problems.append("NetworkPolicy/triton: Triton's own gRPC port must not be admitted")
+        if ports & {str(settings.http_port), "http"}:
+            problems += _rollout_rule(rule, ports, settings)
+        elif "metrics" in ports or str(settings.metrics_port) in ports:
             peers = rule.get("from") or []
             if not peers or any(not p.get("namespaceSelector") or not p.get("podSelector") for p in peers):
                 problems.append("NetworkPolicy/triton: the metrics port must admit only Prometheus (namespace and pod)")
@@ -169,14 +188,91 @@ def _network_policy(by_kind: dict[str, list[dict[str, Any]]], settings: Settings
     return problems
 
 
+def _rollout_rule(rule: dict[str, Any], ports: set[str], settings: Settings) -> list[str]:
+    """Triton's HTTP port (and metrics) from the rollout Job's pods of this namespace only."""
+    want = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": commands.ROLLOUT_POD_NAME}}}]
+    problems = []
+    if rule.get("from") != want:
+        problems.append(f"NetworkPolicy/triton: Triton's HTTP port must admit only the rollout Job's pods ({want}), "
+                        f"got {rule.get('from')}")
+    if ports - {str(settings.http_port), "http", str(settings.metrics_port), "metrics"}:
+        problems.append(f"NetworkPolicy/triton: the rollout Job's rule admits more than HTTP and metrics: {sorted(ports)}")
+    return problems
+
+
 def _services(by_kind: dict[str, list[dict[str, Any]]], settings: Settings) -> list[str]:
+    problems = []
+    names = set()
     for service in by_kind.get("Service", []):
-        if service["metadata"]["name"] != "triton":
-            continue
-        targets = {str(p.get("targetPort")) for p in service["spec"].get("ports") or []}
-        if targets & {"http", "grpc", str(settings.http_port), str(settings.grpc_port)}:
-            return ["Service/triton: must expose the proxy's ports, not Triton's HTTP/gRPC"]
-    return []
+        name, spec = service["metadata"]["name"], service["spec"]
+        names.add(name)
+        targets = {str(p.get("targetPort")) for p in spec.get("ports") or []}
+        if name == "triton" and targets & {"http", "grpc", str(settings.http_port), str(settings.grpc_port)}:
+            problems.append("Service/triton: must expose the proxy's ports, not Triton's HTTP/gRPC")
+        if name == commands.ADMIN_SERVICE and (spec.get("clusterIP") != "None" or not targets <= {"http", "metrics"}):
+            problems.append(f"Service/{name}: must be headless (one address per pod, for the rollout Job) and "
+                            f"expose only Triton's http and metrics, got {sorted(targets)}")
+    if commands.ADMIN_SERVICE not in names:
+        problems.append(f"k8s: need the headless Service {commands.ADMIN_SERVICE} (the rollout Job's way to every pod)")
+    return problems
+
+
+def _build_job(job: dict[str, Any], settings: Settings) -> list[str]:
+    where = f"Job/{job['metadata']['name']}"
+    pod = job["spec"]["template"]["spec"]
+    containers = pod.get("containers") or []
+    if len(containers) != 1:
+        return [f"{where}: one container, the builder"]
+    target: Target = "tensorrt" if settings.kubernetes_gpu else "embedded"
+    problems = builder_command_violations(containers[0].get("args") or [], settings, target, where)
+    if containers[0].get("image") != settings.kubernetes_images()[0]:
+        problems.append(f"{where}: image must be {settings.kubernetes_images()[0]}")
+    return problems + _claim(pod, containers[0], where) + _gpu_product(pod, settings, where)
+
+
+def _rollout_job(job: dict[str, Any], settings: Settings) -> list[str]:
+    """The rollout reaches Triton through the headless Service only, as the pods the policy admits, with the token
+    from the Secret as a file; its state in the shared claim."""
+    where = f"Job/{job['metadata']['name']}"
+    template = job["spec"]["template"]
+    pod, labels = template["spec"], (template.get("metadata") or {}).get("labels") or {}
+    problems = []
+    if labels.get("app.kubernetes.io/name") != commands.ROLLOUT_POD_NAME:
+        problems.append(f"{where}: its pods must be labelled app.kubernetes.io/name={commands.ROLLOUT_POD_NAME} "
+                        "(the NetworkPolicy admits them)")
+    containers = pod.get("containers") or []
+    if len(containers) != 1:
+        return [*problems, f"{where}: one container, the rollout"]
+    main = containers[0]
+    args = [a for a in main.get("args") or [] if a != "--rollback"]
+    if main.get("command") != ["python3", "-m", "deploy.rollout_job"] or args != commands.k8s_rollout_command(settings):
+        problems.append(f"{where}: must run python3 -m deploy.rollout_job {' '.join(commands.k8s_rollout_command(settings))}")
+    if any(e.get("name") == "TRITON_ADMIN_TOKEN" and "value" in e for e in main.get("env") or []):
+        problems.append(f"{where}: the admin token must not be a literal")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    token_dir = commands.ADMIN_TOKEN_FILE.rsplit("/", 1)[0]
+    mount: dict[str, Any] = next((m for m in main.get("volumeMounts") or [] if m.get("mountPath") == token_dir), {})
+    secret = volumes.get(mount.get("name", ""), {}).get("secret") or {}
+    items = {i.get("key"): i.get("path") for i in secret.get("items") or []}
+    if secret.get("secretName") != "triton-admin-token" or items != {"token": commands.ADMIN_TOKEN_FILE.rsplit("/", 1)[1]}:
+        problems.append(f"{where}: {commands.ADMIN_TOKEN_FILE} must be the key token of the Secret triton-admin-token")
+    return problems + _claim(pod, main, where)
+
+
+def _jobs(by_kind: dict[str, list[dict[str, Any]]], settings: Settings) -> list[str]:
+    jobs = {j["metadata"]["name"]: j for j in by_kind.get("Job", [])}
+    problems = []
+    for name in ("triton-build-models", "triton-rollout", "triton-rollback"):
+        if name not in jobs:
+            problems.append(f"k8s: need the Job {name}")
+        elif name == "triton-build-models":
+            problems += _build_job(jobs[name], settings)
+        else:
+            problems += _rollout_job(jobs[name], settings)
+    claims = [c for c in by_kind.get("PersistentVolumeClaim", []) if c["metadata"]["name"] == commands.MODELS_CLAIM]
+    if len(claims) != 1 or claims[0]["spec"].get("accessModes") != ["ReadWriteMany"]:
+        problems.append(f"k8s: need one ReadWriteMany PersistentVolumeClaim {commands.MODELS_CLAIM} (pods on many nodes)")
+    return problems
 
 
 def k8s_violations(docs: Docs, settings: Settings) -> list[str]:
@@ -190,6 +286,7 @@ def k8s_violations(docs: Docs, settings: Settings) -> list[str]:
     problems += _deployment(deployments[0], by_kind, settings)
     problems += _network_policy(by_kind, settings)
     problems += _services(by_kind, settings)
+    problems += _jobs(by_kind, settings)
     problems += _autoscaling_violations(by_kind, settings)
     for kind in ("PodDisruptionBudget", "ServiceMonitor"):
         if len(by_kind.get(kind, [])) != 1:

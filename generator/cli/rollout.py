@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from generator.errors import GeneratorError
-from generator.operate.admin import ModelControl
+from generator.operate.admin import Control, ModelControl
 from generator.operate.rollout.decision import Thresholds
 
 if TYPE_CHECKING:
@@ -139,8 +139,9 @@ def control_images(folder: Path | None) -> tuple[bytes, ...]:
     return images
 
 
-def settings_from_args(args: argparse.Namespace, **extra: object) -> RolloutSettings:
-    """The rollout's settings from its flags (``extra``: what a caller adds, e.g. deploy's route publisher)."""
+def settings_from_args(args: argparse.Namespace, control: Control | None = None, **extra: object) -> RolloutSettings:
+    """The rollout's settings from its flags (``control``: what to drive instead of the one server --url names;
+    ``extra``: what a caller adds, e.g. deploy's route publisher)."""
     from generator.operate.rollout.workflow import RolloutSettings
 
     if not 0 < args.canary_percent <= 100 or args.window_s <= 0:
@@ -151,7 +152,7 @@ def settings_from_args(args: argparse.Namespace, **extra: object) -> RolloutSett
     thresholds = Thresholds(**{f.name: getattr(args, f.name) for f in fields(Thresholds)})
     images, source, truth = control_set(args.control_images, args.control_labels)
     return RolloutSettings(
-        repository=args.model_repository, control=control_from_args(args),
+        repository=args.model_repository, control=control or control_from_args(args),
         infer_url=args.infer_url or f"http://{args.url.removeprefix('http://')}", control_images=images,
         canary_percent=args.canary_percent, window_s=args.window_s, drain_s=args.drain_s, candidate=args.candidate,
         thresholds=thresholds, route_file=args.route_file, watch_s=watch_s, control_source=source,

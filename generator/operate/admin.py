@@ -10,9 +10,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from generator.errors import GeneratorError
-from generator.operate.rollout.window import parse_scrape
+from generator.operate.rollout.window import Scrape, parse_scrape
 from generator.serving.contract import ADMIN_HEADER
 
 PENDING = "nv_inference_pending_request_count"
@@ -28,6 +29,18 @@ class TritonRefusedError(TritonAdminError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+class Control(Protocol):
+    """What the rollout drives: one server (ModelControl) or every server behind one name (fleet.FleetControl)."""
+
+    def load(self, model: str) -> None: ...
+    def unload(self, model: str) -> None: ...
+    def unload_loaded(self, models: Iterable[str]) -> None: ...
+    def loaded(self, timeout_s: float | None = None) -> set[str]: ...
+    def samples(self) -> Scrape: ...
+    def wait_idle(self, models: Iterable[str], timeout_s: float, quiet_s: float = 1.0, poll_s: float = 0.25
+                  ) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,13 @@ class ModelControl:
         """Unload ``model`` and, for an ensemble, the steps nothing else uses."""
         self._post(f"/v2/repository/models/{model}/unload", {"parameters": {"unload_dependents": True}})
 
+    def unload_loaded(self, models: Iterable[str]) -> None:
+        """Unload each of ``models`` that is loaded (after a restart some are not)."""
+        loaded = self.loaded(timeout_s=10)
+        for model in models:
+            if model in loaded:
+                self.unload(model)
+
     def loaded(self, timeout_s: float | None = None) -> set[str]:
         """The names of the models Triton has loaded (state READY)."""
         index = json.loads(self._post("/v2/repository/index", timeout_s=timeout_s))
@@ -75,6 +95,10 @@ class ModelControl:
                 return str(response.read().decode())
         except (urllib.error.URLError, OSError) as exc:
             raise TritonAdminError(f"cannot read Triton's metrics at {self.metrics_url}: {exc}") from None
+
+    def samples(self) -> Scrape:
+        """The metrics, parsed (window.parse_scrape)."""
+        return parse_scrape(self.scrape())
 
     def wait_idle(self, models: Iterable[str], timeout_s: float, quiet_s: float = 1.0, poll_s: float = 0.25
                   ) -> float:

@@ -24,7 +24,7 @@ def test_manifests_validate_strictly_for_the_target_kubernetes(k8s_docs: Docs, s
     kinds = sorted(doc["kind"] for _, doc in k8s_docs)
     assert kinds == sorted(["Namespace", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
                             "ServiceMonitor", "PrometheusRule", "ConfigMap", "ConfigMap", "NetworkPolicy", "Service",
-                            "Job", "Job"])
+                            "Job", "Job", "Service", "PersistentVolumeClaim", "Job", "Job", "Job"])
     assert k8s_schema_errors(k8s_docs, settings.kubernetes_version) == []
 
 
@@ -55,7 +55,8 @@ def test_kustomization_lists_every_resource_but_not_the_load_test(rendered_dir: 
     k8s = rendered_dir / "k8s"
     assert kustomization_errors(k8s, K8S_RESOURCE_FILES) == []
     resources = yaml.safe_load((k8s / "kustomization.yaml").read_text())["resources"]
-    assert "locust.yaml" not in resources and "deployment.yaml" in resources
+    assert "locust.yaml" not in resources and "deployment.yaml" in resources and "pvc.yaml" in resources
+    assert not {"build-job.yaml", "rollout-job.yaml", "rollback-job.yaml"} & set(resources)  # one-shots
     (k8s / "pdb.yaml").rename(k8s / "pdb.moved")
     try:
         assert any("missing files: pdb.yaml" in p for p in kustomization_errors(k8s, K8S_RESOURCE_FILES))
@@ -82,19 +83,29 @@ def test_deployment_gpu_probes_shm_and_token(k8s_docs: Docs, settings: Settings)
     assert main["resources"]["limits"]["memory"] == f"{sizing.pod_memory_limit_mib(settings)}Mi"
     assert any("$(TRITON_ADMIN_TOKEN)" in a for a in main["args"])
     assert main["args"][:3] == ["python3", "-m", "deploy.serve_models"]
-    assert [p["name"] for p in main["ports"]] == ["metrics", "watchdog"]  # HTTP and gRPC: loopback, behind the proxy
+    # gRPC: loopback, behind the proxy; HTTP for the rollout Job (the NetworkPolicy admits only its pods).
+    assert [p["name"] for p in main["ports"]] == ["http", "metrics", "watchdog"]
+    assert "--http-address=0.0.0.0" in main["args"] and "--grpc-address=127.0.0.1" in main["args"]
     assert [p["containerPort"] for p in proxy["ports"]] == [settings.proxy_http_port, settings.proxy_grpc_port]
     assert proxy["image"] == settings.nginx_image
     # preStop (5 s) + watchdog drain (40 s) + margin: the kubelet never cuts a drain short.
     assert pod["terminationGracePeriodSeconds"] == 50
-    (init,) = pod["initContainers"]
-    assert init["args"][:4] == ["--volume=/models", "--link=current", "--versioned", "--"]
-    assert init["resources"]["limits"]["nvidia.com/gpu"] == 1
+    # No per-pod build: the shared versioned repository, read-only; the build Job fills it on a GPU.
+    assert "initContainers" not in pod
+    claim = next(v for v in pod["volumes"] if v["name"] == "model-repository")["persistentVolumeClaim"]
+    assert claim == {"claimName": "triton-models", "readOnly": True}
+    build = _pod(k8s_docs, "Job", "triton-build-models")["containers"][0]
+    assert build["args"][:4] == ["--volume=/models", "--link=current", "--versioned", "--"]
+    assert build["resources"]["limits"]["nvidia.com/gpu"] == 1
+    pvc = find_doc(k8s_docs, "PersistentVolumeClaim", "triton-models")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def test_network_policy_admits_the_proxy_ports_and_prometheus_only(k8s_docs: Docs, settings: Settings) -> None:
     policy = find_doc(k8s_docs, "NetworkPolicy", "triton")
-    clients, metrics = policy["spec"]["ingress"]
+    clients, metrics, rollout = policy["spec"]["ingress"]
+    assert rollout["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "triton-rollout"}}}]
+    assert [p["port"] for p in rollout["ports"]] == ["http", "metrics"]
     assert "from" not in clients and [p["port"] for p in clients["ports"]] == ["https", "grpcs"]
     assert [p["port"] for p in metrics["ports"]] == ["metrics", "watchdog"]
     (peer,) = metrics["from"]
@@ -132,6 +143,11 @@ def _pod(docs: Docs, kind: str, name: str) -> dict[str, Any]:
     return find_doc(docs, kind, name)["spec"]["template"]["spec"]
 
 
+def _args(docs: Docs, job: str) -> list[str]:
+    args: list[str] = _pod(docs, "Job", job)["containers"][0]["args"]
+    return args
+
+
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
@@ -139,7 +155,7 @@ def _pod(docs: Docs, kind: str, name: str) -> dict[str, Any]:
          "runAsNonRoot"),
         (lambda d: _pod(d, "Job", "locust-worker")["containers"][0]["securityContext"].update(
             readOnlyRootFilesystem=False), "readOnlyRootFilesystem"),
-        (lambda d: _pod(d, "Deployment", "triton")["initContainers"][0]["securityContext"].update(
+        (lambda d: _pod(d, "Job", "triton-rollout")["containers"][0]["securityContext"].update(
             allowPrivilegeEscalation=True), "allowPrivilegeEscalation"),
         (lambda d: _pod(d, "Job", "locust-master")["containers"][0]["securityContext"]["capabilities"].update(
             add=["NET_ADMIN"]), "capabilities"),
@@ -156,6 +172,33 @@ def _pod(docs: Docs, kind: str, name: str) -> dict[str, Any]:
          "terminationGracePeriodSeconds"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["ports"].append(
             {"name": "grpc", "containerPort": 8001}), "loopback only"),
+        (lambda d: find_doc(d, "NetworkPolicy", "triton")["spec"]["ingress"][0]["ports"].append(
+            {"port": "http", "protocol": "TCP"}), "only the rollout Job's pods"),
+        (lambda d: find_doc(d, "NetworkPolicy", "triton")["spec"]["ingress"][2]["from"][0]["podSelector"].update(
+            matchLabels={"app.kubernetes.io/name": "triton"}), "only the rollout Job's pods"),
+        (lambda d: find_doc(d, "NetworkPolicy", "triton")["spec"]["ingress"][2]["from"].append(
+            {"namespaceSelector": {}}), "only the rollout Job's pods"),
+        (lambda d: find_doc(d, "NetworkPolicy", "triton")["spec"]["ingress"][2]["ports"].append(
+            {"port": "https", "protocol": "TCP"}), "more than HTTP and metrics"),
+        (lambda d: find_doc(d, "Job", "triton-rollout")["spec"]["template"]["metadata"]["labels"].update(
+            {"app.kubernetes.io/name": "other"}), "the NetworkPolicy admits them"),
+        (lambda d: _args(d, "triton-rollout").__setitem__(1, "--fleet=triton.yolo-serving.svc"), "deploy.rollout_job"),
+        (lambda d: _args(d, "triton-rollout").__setitem__(2, "--url=triton.yolo-serving.svc:8443"),
+         "deploy.rollout_job"),
+        (lambda d: _args(d, "triton-rollback").append("--admin-key=plain"), "deploy.rollout_job"),
+        (lambda d: _pod(d, "Job", "triton-rollout")["containers"][0]["env"].append(
+            {"name": "TRITON_ADMIN_TOKEN", "value": "plain"}), "not be a literal"),
+        (lambda d: next(v for v in _pod(d, "Job", "triton-rollout")["volumes"] if v["name"] == "admin-token")[
+            "secret"].update(secretName="other"), "Secret triton-admin-token"),
+        (lambda d: next(v for v in _pod(d, "Job", "triton-rollout")["volumes"] if v["name"] == "model-repository")
+         .update(persistentVolumeClaim=None, emptyDir={}), "shared claim triton-models"),
+        (lambda d: find_doc(d, "Service", "triton-admin")["spec"].pop("clusterIP"), "headless"),
+        (lambda d: find_doc(d, "Service", "triton-admin")["spec"]["ports"][0].update(targetPort="grpc"), "headless"),
+        (lambda d: find_doc(d, "PersistentVolumeClaim", "triton-models")["spec"].update(accessModes=["ReadWriteOnce"]),
+         "ReadWriteMany"),
+        (lambda d: _pod(d, "Deployment", "triton")["volumes"][0].update(persistentVolumeClaim=None,
+                                                                         emptyDir={"sizeLimit": "4Gi"}),
+         "shared claim triton-models"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"].pop(1), "no proxy container"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"][1].update(image="nginx:1.30.5-alpine"), "pinned"),
         (lambda d: find_doc(d, "ConfigMap", "triton-proxy")["data"].update(
@@ -167,7 +210,7 @@ def _pod(docs: Docs, kind: str, name: str) -> dict[str, Any]:
         (lambda d: find_doc(d, "NetworkPolicy", "triton")["spec"]["ingress"][0].pop("ports"), "every port"),
         (lambda d: find_doc(d, "Service", "triton")["spec"]["ports"][0].update(targetPort="http"),
          "not Triton's HTTP/gRPC"),
-        (lambda d: _pod(d, "Deployment", "triton")["initContainers"][0]["args"].append("--output=/models/x"),
+        (lambda d: _pod(d, "Job", "triton-build-models")["containers"][0]["args"].append("--output=/models/x"),
          "--output"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu"),
          "nvidia.com/gpu"),
@@ -176,7 +219,8 @@ def _pod(docs: Docs, kind: str, name: str) -> dict[str, Any]:
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["env"][0].update(value="plain", valueFrom={}),
          "Secret"),
         (lambda d: _pod(d, "Deployment", "triton")["containers"][0]["env"].pop(2), "OPENCV_IO_MAX_IMAGE_PIXELS"),
-        (lambda d: _pod(d, "Deployment", "triton").pop("initContainers"), "initContainer"),
+        (lambda d: _pod(d, "Deployment", "triton").update(initContainers=[
+            {**_pod(d, "Job", "triton-build-models")["containers"][0], "name": "build-models"}]), "no per-pod build"),
         (lambda d: find_doc(d, "HorizontalPodAutoscaler", "triton")["spec"]["metrics"][0]["pods"]["metric"].update(
             name="cpu_typo"), "served by no adapter rule"),
         (lambda d: find_doc(d, "Namespace", "yolo-serving")["metadata"]["labels"].pop(
@@ -201,7 +245,9 @@ def test_the_cpu_stack_renders_a_deployment_on_the_slim_images_without_a_gpu(tmp
     assert run_checks(tmp_path, settings) == []
     deployment = yaml.safe_load((tmp_path / "k8s" / "deployment.yaml").read_text())
     pod = deployment["spec"]["template"]["spec"]
-    (builder,) = pod["initContainers"]
+    assert "initContainers" not in pod
+    builder = yaml.safe_load((tmp_path / "k8s" / "build-job.yaml").read_text())["spec"]["template"]["spec"][
+        "containers"][0]
     triton = next(c for c in pod["containers"] if c["name"] == "triton")
     assert builder["image"].endswith("/yolo-builder-cpu:2.51.0-0.1.0") and "embedded" in builder["args"]
     assert triton["image"].endswith("/yolo-triton-cpu:2.51.0-0.1.0")
@@ -213,3 +259,26 @@ def test_the_cpu_stack_renders_a_deployment_on_the_slim_images_without_a_gpu(tmp
     assert any("nvidia.com/gpu" in p for p in problems) and any("--target" in p for p in problems)
     with pytest.raises(Exception, match="kubernetes_stack"):
         Settings(kubernetes_stack="tpu")
+
+
+def test_a_gpu_product_pins_the_pods_and_the_build_to_it_and_a_storage_class_is_named(tmp_path: Path) -> None:
+    """The plan is built on the build Job's GPU: with gpu_product set, the Job and every pod land on that product."""
+    from deploy.checks import run_checks
+    from deploy.render import render_all, write_rendered
+
+    settings = Settings(gpu_product="NVIDIA-H100-80GB-HBM3", models_storage_class="nfs-client")
+    write_rendered(render_all(settings), tmp_path)
+    assert run_checks(tmp_path, settings) == []
+    for name in ("deployment.yaml", "build-job.yaml"):
+        pod = yaml.safe_load((tmp_path / "k8s" / name).read_text())["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    pvc = yaml.safe_load((tmp_path / "k8s" / "pvc.yaml").read_text())
+    assert pvc["spec"]["storageClassName"] == "nfs-client"
+    rollout = yaml.safe_load((tmp_path / "k8s" / "rollout-job.yaml").read_text())["spec"]["template"]["spec"]
+    assert "nodeSelector" not in rollout  # no GPU: it runs anywhere
+    write_rendered(render_all(Settings()), tmp_path)  # rendered without it: the policy names the missing selector
+    problems = run_checks(tmp_path, settings, check_drift=False)
+    assert any("Deployment/triton: nodeSelector" in p for p in problems)
+    assert any("Job/triton-build-models: nodeSelector" in p for p in problems)
+    with pytest.raises(Exception, match="gpu_product"):
+        Settings(gpu_product="has space")

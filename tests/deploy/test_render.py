@@ -64,7 +64,9 @@ def test_one_place_changes_every_file(tmp_path: Path) -> None:
     assert "yolo_preprocess" not in text and "yolo_nms" not in text
     for name in ("docker-compose.yml", "k8s/deployment.yaml"):
         assert "--model=det" in rendered[name] and '"--model", "det"' in rendered[name]  # watchdog and probes
+    for name in ("docker-compose.yml", "k8s/build-job.yaml"):
         assert '"--name"\n' in rendered[name] or '- "--name"' in rendered[name]
+    assert "--fleet=triton-admin.vision.svc" in rendered["k8s/rollout-job.yaml"]
     assert "det(_v[0-9]+)?_(preprocess|detector|nms)" in rendered["monitoring/grafana/dashboards/triton.json"]
     assert "det(_v[0-9]+)?_(preprocess|detector|nms)" in rendered["k8s/prometheus-adapter-rules.yaml"]
     assert "TRITON_RELEASE=25.11" in rendered[".env"]

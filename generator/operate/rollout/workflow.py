@@ -28,7 +28,7 @@ from typing import Any
 from clients.canary import Route, write_route
 from clients.errors import ClientError
 from generator.errors import GeneratorError
-from generator.operate.admin import ModelControl, TritonAdminError, TritonRefusedError
+from generator.operate.admin import Control, TritonAdminError, TritonRefusedError
 from generator.operate.rollout import state
 from generator.operate.rollout.agreement import agreement
 from generator.operate.rollout.decision import Decision, Thresholds, decide
@@ -41,7 +41,7 @@ from generator.operate.rollout.progress import (
     started,
     write_progress,
 )
-from generator.operate.rollout.window import SideModels, SideWindow, parse_scrape, side_window
+from generator.operate.rollout.window import SideModels, SideWindow, side_window
 from generator.repository.versions import (
     ROUTE_NAME,
     RepositoryIndex,
@@ -66,7 +66,7 @@ class RolloutInterrupted(GeneratorError):
 @dataclass(frozen=True)
 class RolloutSettings:
     repository: Path
-    control: ModelControl
+    control: Control
     infer_url: str  # where the control images go (the clients' URL, http:// or grpc://)
     control_images: tuple[bytes, ...]
     canary_percent: float = 10.0
@@ -110,7 +110,7 @@ def _stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
 
 
-def wait_window(control: ModelControl, models: tuple[str, ...], seconds: float, poll_s: float) -> None:
+def wait_window(control: Control, models: tuple[str, ...], seconds: float, poll_s: float) -> None:
     """Let ``seconds`` pass, checking every ``poll_s`` that ``models`` are still loaded: a Triton that restarted
     (it loads only the alias) or a model unloaded by hand ends the window at once."""
     end = time.monotonic() + seconds
@@ -142,13 +142,13 @@ def _observe(settings: RolloutSettings, sides: Sides, seconds: float,
     """Scrape, let the window pass, mirror the control images, scrape again, decide. ``reference``: judge
     against this earlier window instead of the reference side's own traffic (the watch after a promotion)."""
     control = settings.control
-    before, begun = parse_scrape(control.scrape()), time.time()
+    before, begun = control.samples(), time.time()
     wait_window(control, sides.loaded, seconds, settings.poll_s)
     mirrored = (mirror(settings.infer_url, (sides.reference_name, sides.judged_name), settings.control_images)
                 if settings.control_images else {})
     # The steps publish their counts once a second: wait for the last of the window to arrive.
     time.sleep(1.5)
-    after, ended = parse_scrape(control.scrape()), time.time()
+    after, ended = control.samples(), time.time()
     base = reference if reference is not None else side_window(before, after, sides.reference)
     judged = side_window(before, after, sides.judged)
     agreed = agreement(mirrored[sides.reference_name], mirrored[sides.judged_name]) if mirrored else None
@@ -309,15 +309,12 @@ def _revert(settings: RolloutSettings, index: RepositoryIndex, version: int, rec
     settings.control.load(index.name)
 
 
-def _unload(control: ModelControl, models: tuple[str, ...]) -> None:
-    """Unload each of ``models`` that is loaded (after a restart some are not)."""
-    loaded = control.loaded(timeout_s=10)
-    for model in models:
-        if model in loaded:
-            control.unload(model)
+def _unload(control: Control, models: tuple[str, ...]) -> None:
+    """Unload each of ``models`` that is loaded (after a restart some are not), on every server driven."""
+    control.unload_loaded(models)
 
 
-def retire(control: ModelControl, name: str, version: int, drain_s: float) -> None:
+def retire(control: Control, name: str, version: int, drain_s: float) -> None:
     """Unload a version nobody routes to any more, once its requests in flight are done."""
     control.wait_idle(version_models(name, version), drain_s)
     # Each model by name: unload_dependents reaches the steps only when the version's own ensemble was loaded,
@@ -325,7 +322,7 @@ def retire(control: ModelControl, name: str, version: int, drain_s: float) -> No
     _unload(control, version_models(name, version))
 
 
-def _wait_for_triton(control: ModelControl, timeout_s: float) -> None:
+def _wait_for_triton(control: Control, timeout_s: float) -> None:
     end = time.monotonic() + timeout_s
     while True:
         try:
@@ -371,7 +368,7 @@ def recover(settings: RolloutSettings, reason: str | None = None) -> dict[str, o
     return record
 
 
-def rollback(repository: Path, control: ModelControl, route_file: Path | None = None, drain_s: float = 10.0,
+def rollback(repository: Path, control: Control, route_file: Path | None = None, drain_s: float = 10.0,
              publish: Publish | None = None) -> dict[str, object]:
     """The manual rollback: stop a canary that is still routed to, or else undo the last promotion."""
     index = _index(repository)

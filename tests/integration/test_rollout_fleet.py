@@ -1,0 +1,86 @@
+"""The rollout Job's ``--fleet`` on two real embedded Tritons serving one versioned repository (the Kubernetes
+pods on the shared claim): the candidate loaded on both, both servers' traffic in the window, promoted on both, then
+a manual rollback on both; steady load on each server with no failed request."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clients.canary import Route, write_route
+from generator.builder.spec.options import BuildOptions
+from generator.builder.versioned import add_version
+from generator.cli.rollout import control_images
+from generator.operate.admin import ModelControl
+from generator.operate.fleet import FleetControl
+from generator.operate.rollout.workflow import RolloutSettings, rollback, rollout
+from generator.repository.versions import ROUTE_NAME, read_index
+from tests.integration.serve_process import ServeProcess
+from tests.integration.test_rollout import KEY, WINDOW_S, SteadyLoad, scenes  # noqa: F401 -- the fixture
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def two_servers(tmp_path: Path, demo_onnx: Path) -> Iterator[tuple[Path, list[ServeProcess]]]:
+    repository = tmp_path / "repository"
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    write_route(repository / ROUTE_NAME, Route("yolo"))
+    servers: list[ServeProcess] = []
+    try:
+        for n in range(2):
+            servers.append(ServeProcess([repository], "--model-control", "explicit", env={"TRITON_ADMIN_TOKEN": KEY},
+                                        log_file=tmp_path / f"serve-{n}.log"))
+        for serve in servers:
+            serve.wait_for(r"^Triton 2\.51\.0 ready: ")
+        yield repository, servers
+    finally:
+        for serve in servers:
+            serve.stop()
+
+
+def _one(serve: ServeProcess) -> ModelControl:
+    return ModelControl(serve.http_url, f"127.0.0.1:{serve.metrics_port}", KEY)
+
+
+def test_the_fleet_rollout_promotes_on_every_server_and_the_rollback_reaches_every_server(
+        two_servers, demo_onnx, scenes) -> None:  # noqa: F811 -- scenes is the fixture
+    repository, servers = two_servers
+    fleet = FleetControl(lambda: [(s.http_url, f"127.0.0.1:{s.metrics_port}") for s in servers], KEY)
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    settings = RolloutSettings(repository, fleet, f"http://{servers[0].http_url}", control_images(None),
+                               canary_percent=25, window_s=WINDOW_S)
+    loads = [SteadyLoad(s.grpc_url, repository / ROUTE_NAME, scenes) for s in servers]
+    with loads[0], loads[1]:
+        time.sleep(1.0)
+        started = time.monotonic()
+        record = rollout(settings)
+        promoted_s = time.monotonic() - started
+        after_promotion = [_one(s).loaded() for s in servers]
+        time.sleep(1.0)
+        manual = rollback(repository, fleet)
+        time.sleep(1.0)
+    print(f"\nfleet of 2: promotion {promoted_s:.1f} s ({record['timings']}), "
+          f"{[load.counts for load in loads]}, window: canary {record['canary']['requests']} requests "  # type: ignore[index]
+          f"(share {record['observed_canary_share']} %)")
+    assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
+    for load in loads:
+        assert load.errors == [], load.errors[:5]
+        assert load.counts.get("yolo_v2", 0) > 0  # each server took canary traffic ...
+    canary = record["canary"]
+    assert isinstance(canary, dict)
+    # ... and the window counted both: more canary requests than one server alone could have given it (all its
+    # load's canary requests of the whole run plus the mirrored control images)
+    one_server_at_most = max(load.counts["yolo_v2"] for load in loads) + len(settings.control_images)
+    assert canary["requests"] > one_server_at_most, (canary["requests"], one_server_at_most)
+    for loaded in after_promotion:  # promoted on each: the old version retired everywhere
+        assert "yolo" in loaded and not {"yolo_v1", "yolo_v1_nms"} & loaded
+    assert manual["rolled_back"] == 2 and manual["stable"] == 1
+    index = read_index(repository)
+    assert index is not None and index.stable == 1
+    for serve in servers:
+        assert "yolo_v2" not in _one(serve).loaded() and "yolo" in _one(serve).loaded()
