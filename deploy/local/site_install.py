@@ -66,7 +66,8 @@ SITE_INDEX = "site.json"  # the installed archive's index (without its file list
 CANDIDATE = "candidate.json"
 ROLLOUT_RECORD = "install-rollout.json"  # the rollout a newer archive ran, beside the site's files
 # Run by the builder image as its own user, no network: stage, rename into place, link `current` where none is.
-# A volume already serving a versioned repository is left as it is ("running"): the rollout adds the version.
+# A volume already serving a versioned repository (deploy/build_models.py VERSIONS_DIR) is left as it is
+# ("running"): the rollout adds the version.
 PLACE = r"""set -e
 b="$1"; cd "$2"; s=".$b.site"
 rm -rf "$s"; mkdir "$s"; tar -x -C "$s"
