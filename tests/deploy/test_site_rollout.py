@@ -141,3 +141,12 @@ def test_the_archive_the_site_runs_is_not_rolled_out_again_and_a_stopped_site_is
     with pytest.raises(site.SiteArchiveError, match=r"the stack p is not up: python -m deploy up --local"):
         site_install.roll_out("p", running_site["staged"], running_site["index"], ())
     assert not running_site["log"].exists()  # docker never called
+
+
+def test_an_archive_is_never_made_from_an_installed_sites_files(running_site: dict[str, Any],
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["archive", "--local", "--project", "p", "--output", str(running_site["staged"].parent)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == ("error: the project p is a site installed from an archive; make archives with another --project "
+                   "(the default, or any name of yours)")
+    assert not running_site["log"].exists()  # docker never called
