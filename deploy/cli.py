@@ -97,6 +97,8 @@ def _site_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], comm
     install = sub.add_parser("install", parents=[common, local],
                              help="verify a site archive, load its images and repository; then `up` builds nothing")
     install.add_argument("archive", type=Path, help="the archive, or any one of its parts")
+    install.add_argument("--rollout-flags", help="on a running site, extra generator rollout flags for the archive's "
+                                                 'model, one string: "--window-s 300"')
 
 
 def _show(settings: Settings) -> None:
@@ -114,7 +116,7 @@ def _show(settings: Settings) -> None:
     print(f"max_request_bytes (proxy body limit, --http-max-input-size) = {sizing.max_request_bytes(settings)} B")
 
 
-def _local(args: argparse.Namespace, settings: Settings) -> None:
+def _local(args: argparse.Namespace, settings: Settings) -> int:
     import json
     import logging
 
@@ -124,21 +126,24 @@ def _local(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "bases":
         chosen = bases.resolve_bases(settings, pull=args.pull, build_network=args.build_network, force=args.rebuild)
         print(json.dumps(chosen))
-        return
+        return 0
     if args.command in ("archive", "install"):
-        print(json.dumps(_site(args, settings)))
-        return
+        done = _site(args, settings)
+        print(json.dumps(done))
+        rollout = done.get("rollout")
+        return 3 if isinstance(rollout, dict) and rollout.get("exit") == 3 else 0  # as deploy update: 3 rolled back
     if args.command == "down":
         stack.down(stack.LocalStack(project=args.project))
         print(f"removed the local stack {args.project}", file=sys.stderr)
-        return
+        return 0
     options = stack.LocalStack(project=args.project, publish=getattr(args, "publish", "settings"),
                                tls_dir=getattr(args, "tls_dir", None), pull=args.pull,
                                build_network=args.build_network, build_ca_bundle=args.build_ca_bundle)
     if args.command == "build":
         print(json.dumps(stack.build(settings, options, loadtest=True)))
-        return
+        return 0
     print(json.dumps(stack.up(settings, options)), flush=True)
+    return 0
 
 
 def _update(args: argparse.Namespace, settings: Settings) -> int:
@@ -170,7 +175,9 @@ def _site(args: argparse.Namespace, settings: Settings) -> dict[str, object]:
 
     try:
         if args.command == "install":
-            return site_install.install_site(args.archive, args.project)
+            from deploy.local.update import parse_flags
+
+            return site_install.install_site(args.archive, args.project, parse_flags(args.rollout_flags))
         stack = LocalStack(project=args.project, pull=args.pull, build_network=args.build_network,
                            build_ca_bundle=args.build_ca_bundle)
         split = parse_size(args.split) if args.split else None
@@ -183,8 +190,9 @@ def _site(args: argparse.Namespace, settings: Settings) -> dict[str, object]:
 
 
 def _site_settings(args: argparse.Namespace) -> Path | None:
-    """``up`` of a site installed from an archive reads the archive's settings unless --config says otherwise."""
-    if args.command != "up" or args.config is not None:
+    """``up`` and ``update`` of a site installed from an archive read the archive's settings unless --config says
+    otherwise (the builder's flags, so its record of what it built finds the site's version)."""
+    if args.command not in ("up", "update") or args.config is not None:
         given: Path | None = args.config
         return given
     from deploy.local.site import SETTINGS_FILE, site_dir
@@ -215,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command in ("update", "rollback"):
             return _update(args, settings)
         elif args.command in ("up", "down", "bases", "build", "archive", "install"):
-            _local(args, settings)
+            return _local(args, settings)
         else:
             _show(settings)
     except DeployError as exc:

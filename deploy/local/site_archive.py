@@ -41,7 +41,7 @@ from deploy.local.site import (
     site_refs,
     site_variables,
 )
-from deploy.local.stack import DEPLOY_DIR, LocalStack, build
+from deploy.local.stack import DEPLOY_DIR, LocalStack, build, installed_site
 from deploy.settings import BUILD_TARGETS, Settings
 from generator import __version__
 from generator.server.archive_parts import checksum_file
@@ -195,6 +195,9 @@ def save_images(sources: dict[str, str], variables: dict[str, str], path: Path) 
 def make_site_archive(settings: Settings, stack: LocalStack, output: Path, *, tag: str | None = None,
                       split_bytes: int | None = None) -> tuple[list[Path], Path]:
     """Steps 1-5 of the module docstring; the archive's path, or its parts, and their ``.sha256`` listing."""
+    if installed_site(stack.project) is not None:  # its compose files are the archive's, not this checkout's
+        raise SiteArchiveError(f"the project {stack.project} is a site installed from an archive; make archives "
+                               "with another --project (the default, or any name of yours)")
     bases = build(settings, stack)
     sources = source_refs(bases)
     ids = {variable: image_id(ref) for variable, ref in sources.items()}

@@ -11,10 +11,14 @@ every image with every layer it needs. A refusal names the archive and the probl
    by the builder image, with no network: staged in a hidden folder, renamed into place; a folder of that name
    already there is kept, and must equal the archive's; the volume's own top-level files that travel with it (the
    builder's record of what it built) are put where the volume has none;
-3. where the volume has no ``current`` yet (a new site), ``current`` points at it and the rendered files, the
-   image variables and the settings go to ``deploy/.local/.sites/<project>/``: ``deploy up --local`` then
-   starts the stack from them, building nothing and pulling nothing. Where ``current`` points at another build
-   (a running site), the new build is a candidate beside it and the site's files stay (``offer_candidate``).
+3. where the volume has no ``current`` yet (a new site), ``current`` points at it (the builder's versioned
+   repository, ``versions``, its first version stable) and the rendered files, the image variables and the
+   settings go to ``deploy/.local/.sites/<project>/``: ``deploy up --local`` then starts the stack from them,
+   building nothing and pulling nothing (the builder finds its version already built).
+4. where the volume already serves a versioned repository (a running site), nothing in it is replaced: the
+   archive's model becomes the next version beside the stable one and is rolled out by the deployed stack's own
+   rollout (``roll_out``: what ``deploy update --local`` runs), ending promoted or rolled back with its decision
+   recorded. A site of the classic unversioned layout only gets the new build beside it (``offer_candidate``).
 """
 
 from __future__ import annotations
@@ -60,10 +64,14 @@ logger = logging.getLogger(__name__)
 LOAD_TIMEOUT_S = 1800.0
 SITE_INDEX = "site.json"  # the installed archive's index (without its file list), beside the rendered files
 CANDIDATE = "candidate.json"
+ROLLOUT_RECORD = "install-rollout.json"  # the rollout a newer archive ran, beside the site's files
 # Run by the builder image as its own user, no network: stage, rename into place, link `current` where none is.
+# A volume already serving a versioned repository (deploy/build_models.py VERSIONS_DIR) is left as it is
+# ("running"): the rollout adds the version.
 PLACE = r"""set -e
 b="$1"; cd "$2"; s=".$b.site"
 rm -rf "$s"; mkdir "$s"; tar -x -C "$s"
+if [ -d "$b" ] && [ "$b" = versions ] && [ "$(readlink current)" = versions ]; then rm -rf "$s"; echo running; exit 0; fi
 if [ ! -e "$b" ]; then mv "$s/$b" "$b"; elif ! diff -r -q "$s/$b" "$b" >/dev/null; then rm -rf "$s"; echo differs; exit 0; fi
 for f in "$s"/*; do n="${f##*/}"; if [ -f "$f" ] && [ ! -e "$n" ]; then mv "$f" "$n"; fi; done
 rm -rf "$s"
@@ -125,7 +133,8 @@ def ensure_volume(project: str) -> str:
 
 
 def place_repository(project: str, root: Path, index: dict[str, Any]) -> str:
-    """Copy the repository into the volume; "stable" where ``current`` points at it, else "candidate"."""
+    """Copy the repository into the volume; "stable" where ``current`` points at it, "running" where the volume
+    already serves a versioned repository (untouched: ``roll_out`` adds the archive's version), else "candidate"."""
     build = index["repository"]["build"]
     stream = root / "repository.tar"
     with tarfile.open(stream, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -142,20 +151,24 @@ def place_repository(project: str, root: Path, index: dict[str, Any]) -> str:
                                 stdin=source, capture_output=True, check=False, timeout=600)
     said = placed.stdout.decode().strip().splitlines()
     if said[-1:] == ["differs"]:
-        raise SiteArchiveError(f"{volume} already holds a {build} that differs from the archive's; it is kept. "
-                               "A repository that changes in place (a versioned one) is handed to the rollout "
-                               "(issue 25, parts 1-3), not replaced")
-    if placed.returncode != 0 or not said or said[-1] not in ("stable", "candidate"):
+        raise SiteArchiveError(f"{volume} already holds a {build} that differs from the archive's and is not the "
+                               "one it serves; it is kept, nothing was placed")
+    if placed.returncode != 0 or not said or said[-1] not in ("stable", "running", "candidate"):
         raise SiteArchiveError(f"could not copy the repository into {volume}: {placed.stderr.decode()[-400:]}")
     return said[-1]
 
 
-def write_site(project: str, root: Path, index: dict[str, Any]) -> Path:
-    """The rendered files, the image variables and the settings, swapped in whole for ``project``."""
+def stage_site(root: Path, index: dict[str, Any]) -> Path:
+    """The archive's rendered files with the image variables, the settings and the index beside them."""
     staged = root / "compose"
     (staged / SITE_ENV).write_text("".join(f"{k}={v}\n" for k, v in sorted(index["variables"].items())))
     (staged / SETTINGS_FILE).write_text(yaml.safe_dump(index["settings"], sort_keys=True))
     (staged / SITE_INDEX).write_text(json.dumps({k: v for k, v in index.items() if k != "files"}, indent=1) + "\n")
+    return staged
+
+
+def write_site(project: str, staged: Path) -> Path:
+    """The staged site files swapped in whole for ``project``."""
     final = site_dir(project)
     old = final.with_name(f".old-{project}-{os.getpid()}")
     if final.exists():
@@ -165,26 +178,57 @@ def write_site(project: str, root: Path, index: dict[str, Any]) -> Path:
     return final
 
 
-def offer_candidate(project: str, index: dict[str, Any], archive: str) -> Path:
-    """A newer archive on a running site: its build sits beside ``current`` in the volume, its images are loaded
-    under their own tag, and this records it for the rollout.
+def installed_tag(project: str) -> str | None:
+    """The tag of the archive the site's files come from (None where none was installed)."""
+    try:
+        return str(json.loads((site_dir(project) / SITE_INDEX).read_text())["tag"])
+    except (OSError, ValueError, KeyError):
+        return None
 
-    TODO(issue 25 parts 1-3, branch ``updates``): the deployed stack's rollout takes it from here. On that branch
-    (not merged when this was written) the volume holds one versioned repository (``versions/``, with the builder's
-    ``build-keys.json``) and ``python -m deploy update --local`` (``deploy.local.update.update(settings, stack,
-    Update())``) builds a version from the ONNX baked into the builder image and rolls it out (canary, promotion or
-    rollback, the decision recorded in the volume). The archive's builder image (``index["variables"]``, tag
-    ``index["tag"]``) carries the new ONNX: point the site's ``BUILDER_CPU_IMAGE`` at it and call that entry point
-    here, then move the site's files to the new tag once promoted. Until then a versioned volume refuses the
-    archive in ``place_repository`` ("differs"), and an unversioned one only records the candidate.
-    """
+
+def roll_out(project: str, staged: Path, index: dict[str, Any], rollout_flags: tuple[str, ...]) -> dict[str, Any]:
+    """A newer archive on a running versioned site: ``deploy update --local``'s own steps (deploy/local/update.py).
+    The builder of the archive's tag (its ONNX, with the archive's settings) adds the next version beside the
+    stable one, with no network; the rollout service tries it and promotes or rolls it back, the decision in the
+    volume. Promoted, the site's files move to the archive's tag (the next ``up`` runs its images); rolled back,
+    they stay. The decision record is kept beside the site's files too."""
+    from deploy.local.stack import LocalStack, read_env_file
+    from deploy.local.update import Update, update
+    from deploy.settings import load_settings
+
+    stack = LocalStack(project=project)
+    if installed_tag(project) == index["tag"]:
+        logger.info("%s already runs the archive %s: nothing to roll out", project, index["tag"])
+        return {"action": "none", "exit": 0, "version": None, "record": None}
+    if not read_env_file(stack):
+        raise SiteArchiveError(f"{volume_name(project)} serves a versioned repository but the stack {project} is "
+                               f"not up: python -m deploy up --local --project {project}, then install the archive "
+                               "again (its images are loaded)")
+    settings = load_settings(staged / SETTINGS_FILE)
+    code, record = update(settings, stack, Update(builder_tag=index["tag"], rollout_flags=rollout_flags))
+    where = write_site(project, staged) if code == 0 else site_dir(project)
+    (where / ROLLOUT_RECORD).write_text(json.dumps({"tag": index["tag"], "exit": code, "record": record},
+                                                   indent=1) + "\n")
+    failed = record.get("failed")
+    logger.info("%s: the archive %s's model, version %s, was %s (%s); the site's files are %s's; the decision: %s",
+                project, index["tag"], record.get("candidate"), "promoted" if code == 0 else "rolled back",
+                f"failed: {failed}" if failed else "every check passed",
+                index["tag"] if code == 0 else installed_tag(project), where / ROLLOUT_RECORD)
+    return {"action": record.get("action"), "exit": code, "version": record.get("candidate"),
+            "record": str(where / ROLLOUT_RECORD)}
+
+
+def offer_candidate(project: str, index: dict[str, Any], archive: str) -> Path:
+    """A newer archive on a running site of the classic layout (one unversioned build per key): its build sits
+    beside ``current`` in the volume, its images are loaded under their own tag, and this records it. That layout
+    has no rollout: its builder switches ``current`` by itself at the next ``up`` of the new files. A versioned
+    site (what the builder writes now) goes through ``roll_out`` instead."""
     record = site_dir(project) / CANDIDATE
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"archive": archive, "tag": index["tag"], "build": index["repository"]["build"],
                                   "variables": index["variables"]}, indent=1) + "\n")
-    logger.warning("%s: the site already serves another build; %s is installed beside it as a candidate (%s). "
-                   "Rolling it out in the deployed stack comes with the versioned stack (issue 25, parts 1-3)",
-                   project, index["repository"]["build"], record)
+    logger.warning("%s: the site serves another build of the classic, unversioned layout; %s is installed beside "
+                   "it as a candidate (%s), not rolled out", project, index["repository"]["build"], record)
     return record
 
 
@@ -200,8 +244,9 @@ def check_parts(given: Path) -> None:
                        given.name.split(".tar")[0] + ".tar")
 
 
-def install_site(given: Path, project: str) -> dict[str, Any]:
-    """Verify everything, then load the images and the repository (module docstring); what was installed."""
+def install_site(given: Path, project: str, rollout_flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Verify everything, then load the images and the repository (module docstring); what was installed, and on
+    a running site what its rollout decided."""
     check_engine()
     SITES_ROOT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=SITES_ROOT, prefix=".incoming-") as tmp:
@@ -213,9 +258,14 @@ def install_site(given: Path, project: str) -> dict[str, Any]:
                     FORMAT)
         load_images(root, index)
         role = place_repository(project, root, index)
+        staged = stage_site(root, index)
+        done: dict[str, Any] = {}
         if role == "stable":
-            where = write_site(project, root, index)
+            where = write_site(project, staged)
+        elif role == "running":
+            role, done = "candidate", {"rollout": roll_out(project, staged, index, rollout_flags)}
+            where = site_dir(project)
         else:
             where = offer_candidate(project, index, given.name)
     return {"project": project, "tag": index["tag"], "build": index["repository"]["build"], "role": role,
-            "images": site_refs(index["variables"]), "site": str(where)}
+            "images": site_refs(index["variables"]), "site": str(where), **done}

@@ -38,6 +38,9 @@ class Update:
     rollout_flags: tuple[str, ...] = ()  # extra `generator rollout` flags (e.g. --window-s 300)
     control_images: Path | None = None
     control_labels: Path | None = None
+    # The builder alone from images of another tag (a newer site archive's, whose builder carries its ONNX and
+    # settings); the running services and the rollout keep theirs.
+    builder_tag: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -86,6 +89,8 @@ def _mounts(stack: LocalStack, pairs: list[tuple[Path | None, str]]) -> list[str
 def build_version(settings: Settings, stack: LocalStack, update: Update) -> None:
     """Add the version (or reuse the one these settings built); the builder's log goes to stderr."""
     env = _env(stack)
+    if update.builder_tag is not None:  # --no-deps: only the one-off builder reads it
+        env = {**env, "CPU_IMAGE_TAG": update.builder_tag}
     mounts = _mounts(stack, [(update.onnx, UPDATE_ONNX)])
     started = time.monotonic()
     result = docker.run(compose_args(stack.project, "run", "--rm", "--no-deps", *mounts, "builder-cpu",

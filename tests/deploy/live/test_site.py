@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from clients import DetectionClient
+from clients import NO_RETRY, DetectionClient
 from deploy.local import site, stack
 from deploy.settings import Settings
 
@@ -37,7 +38,11 @@ pytestmark = [pytest.mark.live]
 
 PID = os.getpid()
 PROJECT = f"tde-site-{PID}"
+MAKER = f"tde-site-make-{PID}"  # the connected machine's project: its compose files, never the site's installed ones
 TAG = f"live-{PID}"
+NEWER = f"live-{PID}-newer"
+# A short window keeps the lane's time (as test_rollout.py; every limit is the default).
+ROLLOUT_FLAGS = "--window-s 15 --watch-s 10 --canary-percent 30"
 # The images this module builds (layer-cached from the lane's) get names of its own, so that building them never
 # moves the tags another project's stack runs from.
 BUILT = {"TRITON_CPU_IMAGE": f"tde-site-build-{PID}/yolo-triton-cpu",
@@ -95,20 +100,23 @@ def _engine_or_skip() -> None:
         pytest.skip(f"no Docker Engine for the live-stack lane: {reason}")
 
 
+def make_archive(out: Path, tag: str, *extra: str) -> Archive:
+    started = time.monotonic()
+    made = deploy("archive", "--local", "--project", MAKER, "--no-pull", "--tag", tag, "--output", str(out), *extra)
+    make_s = time.monotonic() - started
+    assert made.returncode == 0, f"deploy archive failed: {made.stderr[-3000:]}"
+    (path,) = [Path(p) for p in json.loads(made.stdout.strip().splitlines()[-1])["archive"]]
+    with tarfile.open(path) as tar:
+        handle = tar.extractfile(site.INDEX)
+        index = json.loads(handle.read() if handle else b"")
+    return Archive(path, index, make_s)
+
+
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
     _engine_or_skip()
-    out = tmp_path_factory.mktemp("site")
-    started = time.monotonic()
-    made = deploy("archive", "--local", "--project", PROJECT, "--no-pull", "--tag", TAG, "--output", str(out))
-    make_s = time.monotonic() - started
     try:
-        assert made.returncode == 0, f"deploy archive failed: {made.stderr[-3000:]}"
-        (path,) = [Path(p) for p in json.loads(made.stdout.strip().splitlines()[-1])["archive"]]
-        with tarfile.open(path) as tar:
-            handle = tar.extractfile(site.INDEX)
-            index = json.loads(handle.read() if handle else b"")
-        yield Archive(path, index, make_s)
+        yield make_archive(tmp_path_factory.mktemp("site"), TAG)
     finally:
         built = [f"{name}:{Settings().cpu_image_tag}" for name in BUILT.values()]  # this module's own names
         docker("image", "rm", *present(built), check=False)
@@ -212,7 +220,9 @@ def test_the_site_installs_on_an_empty_daemon_starts_offline_and_serves(archive:
     assert site_daemon.docker("inspect", "--format", "{{.HostConfig.NetworkMode}} {{.State.ExitCode}} {{.Config.Image}}",
                               builder).stdout.split() == ["none", "0", f"tde-site/yolo-builder-cpu:{TAG}"]
     logs = site_daemon.docker("logs", builder)
-    assert f"{archive.index['repository']['build']} already matches" in logs.stdout + logs.stderr  # not rebuilt
+    assert archive.index["repository"]["build"] == "versions"  # the builder's versioned repository, version 1
+    assert "version 1 of /models/versions was built from these settings (stable); reusing it" in (
+        logs.stdout + logs.stderr)  # not rebuilt
     triton = compose("ps", "-q", "triton-cpu").strip()
     outside = site_daemon.docker("exec", triton, "python3", "-c",
                                  "import socket; socket.create_connection(('deb.debian.org', 80), timeout=5)",
@@ -225,3 +235,62 @@ def test_the_site_installs_on_an_empty_daemon_starts_offline_and_serves(archive:
     assert len(found) == len(scenes) and sum(found) > 0, found
     print(f"\nsite archive: {archive.path.stat().st_size / 2**20:.0f} MiB; deploy archive {archive.make_s:.0f} s, "
           f"deploy install (empty daemon) {install_s:.0f} s, deploy up (installed site) {up_s:.0f} s")
+
+
+class Traffic:
+    """One thread sending scenes over HTTPS through the site's proxy (which splits them), no retries."""
+
+    def __init__(self, endpoints: dict[str, str], images: list[bytes]) -> None:
+        self.endpoints, self.images = endpoints, images
+        self.errors: list[str] = []
+        self.answered = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with DetectionClient(self.endpoints["https"], ca_cert=Path(self.endpoints["ca_cert"]), timeout_s=10,
+                             retry=NO_RETRY) as client:
+            while not self._stop.is_set():
+                try:
+                    client.detect(self.images[self.answered % len(self.images)])
+                    self.answered += 1
+                except Exception as exc:  # noqa: BLE001 -- every failure is the finding
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+def test_a_newer_archive_on_the_running_site_is_rolled_out_beside_the_stable_version(
+        archive: Archive, site_daemon: SiteDaemon, scenes: list[bytes], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A second archive (other settings: a new version's build key) installed on the site serving the first: the
+    volume keeps version 1, the archive's builder (no network) adds version 2, the rollout service promotes it
+    under traffic through the proxy with no failed request, and the site's files move to the new tag."""
+    newer = make_archive(tmp_path_factory.mktemp("site-newer"), NEWER, "--set", "max_detections=200")
+    endpoints = json.loads((stack.LocalStack(project=PROJECT).state / "endpoints.json").read_text())
+    started = time.monotonic()
+    with Traffic(endpoints, scenes) as traffic:
+        installed = site_daemon.deploy("install", "--local", "--project", PROJECT, str(newer.path),
+                                       "--rollout-flags", ROLLOUT_FLAGS)
+    install_s = time.monotonic() - started
+    assert installed.returncode == 0, f"deploy install of the newer archive failed: {installed.stderr[-3000:]}"
+    done = json.loads(installed.stdout.strip().splitlines()[-1])
+    assert (done["role"], done["rollout"]["action"], done["rollout"]["version"]) == ("candidate", "promote", 2)
+    assert traffic.errors == [] and traffic.answered > 0, traffic.errors[:5]
+    decision = json.loads(Path(done["rollout"]["record"]).read_text())
+    assert decision["tag"] == NEWER and decision["record"]["watch"]["action"] == "keep"
+    assert json.loads((site.site_dir(PROJECT) / "site.json").read_text())["tag"] == NEWER
+    triton = site_daemon.docker("ps", "-q", "--filter", f"label=com.docker.compose.project={PROJECT}", "--filter",
+                                "label=com.docker.compose.service=triton-cpu").stdout.strip()
+    index = json.loads(site_daemon.docker("exec", triton, "cat", "/models/current/versions.json").stdout)
+    assert (index["stable"], index["previous_stable"], index["versions"]["1"]["state"]) == (2, 1, "retired")
+    with DetectionClient(endpoints["grpcs"], ca_cert=Path(endpoints["ca_cert"]), timeout_s=10) as client:
+        assert sum(len(result) for result in client.detect_many(scenes)) > 0
+    print(f"\nnewer archive on the running site: deploy archive {newer.make_s:.0f} s, deploy install with its "
+          f"rollout {install_s:.0f} s ({decision['record'].get('deploy_update')}), {traffic.answered} requests, "
+          f"{len(traffic.errors)} failed")
