@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
+import threading
 import types
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,3 +78,50 @@ def fake_nvml(gpus: list[FakeGpu], init_fails: bool = False) -> types.ModuleType
     for name, function in functions.items():
         setattr(m, name, function)
     return m
+
+
+def tar_bytes(files: dict[str, bytes]) -> bytes:
+    """An uncompressed tar stream holding ``files`` (member name -> content)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@dataclass
+class LoadTally:
+    """What a steady load saw: answers counted, every failure kept as ``Type: message`` (threads share it)."""
+
+    answered: int = 0
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send_until(self, stop: threading.Event, detect: Callable[[bytes], object], images: Sequence[bytes]) -> None:
+        """Send ``images`` in turn, back to back, until ``stop`` is set; no retries hide a failure."""
+        sent = 0
+        while not stop.is_set():
+            try:
+                detect(images[sent % len(images)])
+                with self.lock:
+                    self.answered += 1
+            except Exception as exc:  # noqa: BLE001 -- every failure is the finding
+                with self.lock:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+            sent += 1
+
+
+class TalliedLoad:
+    """A load whose threads record into ``self.tally``; its answers and failures read as plain attributes."""
+
+    tally: LoadTally
+
+    @property
+    def answered(self) -> int:
+        return self.tally.answered
+
+    @property
+    def errors(self) -> list[str]:
+        return self.tally.errors

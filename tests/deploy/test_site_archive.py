@@ -10,12 +10,10 @@ and installs a real one.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import platform
 import subprocess
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +25,10 @@ from deploy.local.site_archive import check_saved, write_compose
 from deploy.settings import Settings
 from generator.server.archive_parts import checksum_file, split_file
 from generator.server.indexed_tar import file_entries, write_indexed_tar
+from tests.helpers import tar_bytes
 
 TAG = "unit-1"
 BUILD = "build-0123456789abcdef"
-
-
-def _tar_bytes(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def saved_images(refs: list[str], *, drop_layer: bool = False) -> tuple[bytes, dict[str, str]]:
@@ -57,7 +46,7 @@ def saved_images(refs: list[str], *, drop_layer: bool = False) -> tuple[bytes, d
         manifest.append({"Config": f"blobs/sha256/{config_id}", "RepoTags": [ref],
                          "Layers": ["blobs/sha256/" + "a" * 64, layer_name]})
         ids[ref] = f"sha256:{config_id}"
-    return _tar_bytes({"manifest.json": json.dumps(manifest).encode(), **blobs}), ids
+    return tar_bytes({"manifest.json": json.dumps(manifest).encode(), **blobs}), ids
 
 
 def write_site_archive(folder: Path, *, index_changes: dict[str, Any] | None = None, drop_layer: bool = False,
@@ -219,7 +208,7 @@ def test_the_place_script_stages_links_a_new_site_and_leaves_a_running_one_on_it
     volume.mkdir()
 
     def place(build: str, content: bytes = b"x") -> str:
-        stream = _tar_bytes({f"{build}/manifest.json": build.encode(), f"{build}/yolo/1/model.py": content,
+        stream = tar_bytes({f"{build}/manifest.json": build.encode(), f"{build}/yolo/1/model.py": content,
                              "build-keys.json": build.encode()})
         done = subprocess.run(["sh", "-c", site_install.PLACE, "sh", build, str(volume)], input=stream,
                               capture_output=True, check=True)

@@ -9,11 +9,9 @@ rolls a real newer archive out on a real site.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +19,13 @@ import pytest
 
 from deploy.cli import main
 from deploy.local import site, site_install, stack
+from tests.helpers import tar_bytes
 
 OLD, NEW = "site-old", "site-new"
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 def place(volume: Path, build: str, content: bytes = b"v1") -> str:
-    stream = _tar({f"{build}/versions.json": content, f"{build}/yolo_v1_detector/1/model.onnx": content,
+    stream = tar_bytes({f"{build}/versions.json": content, f"{build}/yolo_v1_detector/1/model.onnx": content,
                    "version-keys.json": content})
     done = subprocess.run(["sh", "-c", site_install.PLACE, "sh", build, str(volume)], input=stream,
                           capture_output=True, check=True)

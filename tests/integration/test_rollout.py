@@ -27,6 +27,7 @@ from generator.operate.admin import ModelControl
 from generator.operate.rollout.workflow import RolloutSettings, rollback, rollout
 from generator.repository.versions import ROUTE_NAME, read_index
 from generator.synthetic import encode, make_scene
+from tests.helpers import LoadTally, TalliedLoad
 from tests.integration.serve_process import ROOT, ServeProcess
 
 pytestmark = pytest.mark.integration
@@ -35,14 +36,13 @@ WINDOW_S = 8.0
 
 
 @dataclass
-class SteadyLoad:
+class SteadyLoad(TalliedLoad):
     """Two client threads sending scenes back to back through a CanaryClient that follows the route file."""
 
     grpc_url: str
     route_file: Path
     images: list[bytes]
-    errors: list[str] = field(default_factory=list)
-    answered: int = 0
+    tally: LoadTally = field(default_factory=LoadTally)
     counts: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -54,16 +54,7 @@ class SteadyLoad:
         # No retries: a request the rollout drops must show as an error, not be hidden by a second attempt.
         make = lambda model: DetectionClient(self.grpc_url, model=model, timeout_s=20, retry=NO_RETRY)  # noqa: E731
         with CanaryClient(make, route_file=self.route_file) as client:
-            sent = 0
-            while not self._stop.is_set():
-                try:
-                    client.detect(self.images[sent % len(self.images)])
-                    with self._lock:
-                        self.answered += 1
-                except Exception as exc:  # noqa: BLE001 -- every failure is the finding
-                    with self._lock:
-                        self.errors.append(f"{type(exc).__name__}: {exc}")
-                sent += 1
+            self.tally.send_until(self._stop, client.detect, self.images)
             with self._lock:
                 for model, count in client.counts.items():
                     self.counts[model] = self.counts.get(model, 0) + count

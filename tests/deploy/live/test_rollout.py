@@ -23,6 +23,7 @@ import pytest
 
 from clients import NO_RETRY
 from tests.deploy.live.conftest import REPO, LiveStack, probe_image
+from tests.helpers import LoadTally, TalliedLoad
 
 pytestmark = [pytest.mark.live]
 
@@ -30,29 +31,18 @@ pytestmark = [pytest.mark.live]
 ROLLOUT_FLAGS = "--window-s 15 --watch-s 10 --canary-percent 30"
 
 
-class SteadyLoad:
+class SteadyLoad(TalliedLoad):
     """Two threads sending scenes back to back over HTTPS through the proxy (which splits them), no retries."""
 
     def __init__(self, stack: LiveStack, images: list[bytes]) -> None:
         self.stack, self.images = stack, images
-        self.errors: list[str] = []
-        self.answered = 0
+        self.tally = LoadTally()
         self._stop = threading.Event()
-        self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
 
     def _run(self) -> None:
         with self.stack.client("https", retry=NO_RETRY) as client:
-            sent = 0
-            while not self._stop.is_set():
-                try:
-                    client.detect(self.images[sent % len(self.images)])
-                    with self._lock:
-                        self.answered += 1
-                except Exception as exc:  # noqa: BLE001 -- every failure is the finding
-                    with self._lock:
-                        self.errors.append(f"{type(exc).__name__}: {exc}")
-                sent += 1
+            self.tally.send_until(self._stop, client.detect, self.images)
 
     def __enter__(self) -> SteadyLoad:
         for thread in self._threads:
