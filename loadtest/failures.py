@@ -43,4 +43,8 @@ def named_failure(exc: BaseException, address: str) -> tuple[BaseException, bool
         status = getattr(exc, "status", None)
         code = status() if callable(status) else status
         return InferenceFailed(f"{type(exc).__name__} without a message (status {code})"), False
+    if str(exc) not in repr(exc):
+        # Locust's failure table keys on repr(); tritonclient.grpc builds its errors from keywords, whose repr
+        # is a bare "InferenceServerException()": every gRPC failure, whatever its cause, showed in one row.
+        return InferenceFailed(str(exc)), False
     return exc, False

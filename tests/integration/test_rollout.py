@@ -121,6 +121,8 @@ def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(vers
     print(f"\npromotion {promoted_s:.1f} s ({record['timings']}), manual rollback {rolled_back_s:.1f} s, "
           f"{load.answered} requests answered {load.counts}, canary share {record['observed_canary_share']} %")
     assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
+    # The control images went through the candidate before its share of users did (its cold calls are no tail).
+    assert record["timings"]["warmup_s"] > 0 and record["control_images"] > 0  # type: ignore[index]
     assert load.errors == [], load.errors[:5]
     assert load.counts.get("yolo_v2", 0) > 0 and load.counts["yolo"] > load.counts["yolo_v2"]
     assert manual["rolled_back"] == 2 and manual["stable"] == 1

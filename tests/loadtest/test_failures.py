@@ -36,6 +36,20 @@ def test_the_cause_is_named_and_stable_so_locust_counts_it_in_one_row():
 
 def test_a_server_answer_is_kept_and_an_empty_exception_is_never_reported_empty():
     shed = InferenceServerException("Exceeds maximum queue size", "StatusCode.UNAVAILABLE")
-    assert named_failure(shed, "h:1") == (shed, False)
+    kept, unreached = named_failure(shed, "h:1")
+    assert not unreached and str(kept) == "[StatusCode.UNAVAILABLE] Exceeds maximum queue size"
+    other = ValueError("response carries no num_detections output")
+    assert named_failure(other, "h:1") == (other, False)  # its repr already holds its text
     empty, unreached = named_failure(InferenceServerException(""), "h:1")
     assert not unreached and str(empty) == "InferenceServerException without a message (status None)"
+
+
+def test_a_grpc_error_keeps_its_text_in_locusts_failure_table():
+    """tritonclient.grpc raises ``InferenceServerException(msg=..., status=...)``: its repr, which Locust's table
+    keys on (``StatsError.parse_error``; Locust is not imported here: it patches the process with gevent), is a
+    bare ``InferenceServerException()``; the failure reported carries the status and the text."""
+    cancelled = InferenceServerException(msg="Locally cancelled by application!", status="StatusCode.CANCELLED")
+    assert repr(cancelled) == "InferenceServerException()"
+    reported, unreached = named_failure(cancelled, "h:1")
+    assert not unreached and isinstance(reported, InferenceFailed)
+    assert repr(reported) == "InferenceFailed('[StatusCode.CANCELLED] Locally cancelled by application!')"

@@ -11,7 +11,9 @@ sheds load itself:
   the step is already running, which a request admitted last waits for too.
 - ``default_timeout_microseconds`` with ``timeout_action: REJECT``: no step holds a request longer than
   the budget, whatever the estimate said. Triton notices an expired request only when it next forms a
-  batch for that step, so this backstop answers later than a full queue does.
+  batch for that step, so this backstop answers later than a full queue does. Each step bounds only its own
+  wait: when overload slows every step at once (a CPU host that also runs the clients), an accepted request
+  waits in more than one queue, and its total wait can pass the budget (the live stack's 10x test prints it).
 - ``priority_levels: 2`` with ``default_priority_level: 2``: user requests land in level 2; health and
   readiness probes send priority 1 and overtake them in every step's queue (the ensemble passes a
   request's priority on to each step). Level 1 has its own queue of the same size and no timeout: a
