@@ -113,8 +113,12 @@ def run_rollout(stack: LocalStack, update: Update, *extra: str) -> tuple[int, di
     mounts = _mounts(stack, [(update.control_images, CONTROL_DIR),
                              (update.control_labels, f"{CONTROL_DIR}-labels.json")])
     started = time.monotonic()
-    result = docker.run(compose_args(stack.project, "run", "--rm", "-T", *mounts, "rollout-cpu", *flags), env=env,
-                        check=False, timeout_s=STEP_TIMEOUT_S)
+    # --no-deps: `compose run` recreates every dependency whose configuration differs from the running container's
+    # (docker/compose #13769), and a site whose files moved to a promoted archive's tag differs from the Triton and
+    # proxy it still runs: the next update recreated both mid-rollout (5,021 requests failed, 502 at the proxy, live).
+    # The stack is up (_env); the rollout only joins the pod's namespace.
+    result = docker.run(compose_args(stack.project, "run", "--rm", "-T", "--no-deps", *mounts, "rollout-cpu",
+                                     *flags), env=env, check=False, timeout_s=STEP_TIMEOUT_S)
     update.timings["rollout_s"] = round(time.monotonic() - started, 1)
     sys.stderr.write(result.stderr)
     if result.returncode not in (0, 3):

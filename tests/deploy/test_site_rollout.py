@@ -106,6 +106,8 @@ def test_a_promoted_archive_is_built_by_its_own_builder_rolled_out_and_moves_the
     assert builder.startswith(f"{NEW} compose ") and " run --rm --no-deps builder-cpu " in builder
     assert "--max-detections 200" in builder
     assert rollout.startswith(f"{OLD} compose ") and rollout.endswith("rollout-cpu --window-s 15")
+    # the serving containers are never recreated by the rollout's `compose run`, whatever the site's files say now
+    assert " run --rm -T --no-deps rollout-cpu " in rollout
     assert site_install.installed_tag("p") == NEW  # the site's files are the new archive's
     record = json.loads(Path(done["record"]).read_text())
     assert record["tag"] == NEW and record["record"]["action"] == "promote" and "deploy_update" in record["record"]

@@ -41,6 +41,7 @@ PROJECT = f"tde-site-{PID}"
 MAKER = f"tde-site-make-{PID}"  # the connected machine's project: its compose files, never the site's installed ones
 TAG = f"live-{PID}"
 NEWER = f"live-{PID}-newer"
+WORSE = f"live-{PID}-worse"
 # A short window keeps the lane's time (as test_rollout.py; every limit is the default).
 ROLLOUT_FLAGS = "--window-s 15 --watch-s 10 --canary-percent 30"
 # The images this module builds (layer-cached from the lane's) get names of its own, so that building them never
@@ -266,31 +267,99 @@ class Traffic:
         self._thread.join(timeout=60)
 
 
+@dataclass
+class Installed:
+    """An archive installed on the running site under traffic: what install printed and what the users saw."""
+
+    code: int
+    done: dict[str, Any]
+    decision: dict[str, Any]
+    traffic: Traffic
+    seconds: float
+    endpoints: dict[str, str]
+
+
+def install_under_traffic(site_daemon: SiteDaemon, newer: Archive, scenes: list[bytes]) -> Installed:
+    endpoints = json.loads((stack.LocalStack(project=PROJECT).state / "endpoints.json").read_text())
+    started = time.monotonic()
+    with Traffic(endpoints, scenes) as traffic:
+        installed = site_daemon.deploy("install", "--local", "--project", PROJECT, str(newer.path),
+                                       "--rollout-flags", ROLLOUT_FLAGS)
+    seconds = time.monotonic() - started
+    assert installed.returncode in (0, 3), f"deploy install of {newer.path.name} failed: {installed.stderr[-3000:]}"
+    done = json.loads(installed.stdout.strip().splitlines()[-1])
+    decision = json.loads(Path(done["rollout"]["record"]).read_text())
+    return Installed(installed.returncode, done, decision, traffic, seconds, endpoints)
+
+
+def site_index(site_daemon: SiteDaemon) -> dict[str, Any]:
+    """The version index the site's Triton serves."""
+    triton = site_daemon.docker("ps", "-q", "--filter", f"label=com.docker.compose.project={PROJECT}", "--filter",
+                                "label=com.docker.compose.service=triton-cpu").stdout.strip()
+    return dict(json.loads(site_daemon.docker("exec", triton, "cat", "/models/current/versions.json").stdout))
+
+
 def test_a_newer_archive_on_the_running_site_is_rolled_out_beside_the_stable_version(
         archive: Archive, site_daemon: SiteDaemon, scenes: list[bytes], tmp_path_factory: pytest.TempPathFactory) -> None:
     """A second archive (other settings: a new version's build key) installed on the site serving the first: the
     volume keeps version 1, the archive's builder (no network) adds version 2, the rollout service promotes it
     under traffic through the proxy with no failed request, and the site's files move to the new tag."""
     newer = make_archive(tmp_path_factory.mktemp("site-newer"), NEWER, "--set", "max_detections=200")
-    endpoints = json.loads((stack.LocalStack(project=PROJECT).state / "endpoints.json").read_text())
-    started = time.monotonic()
-    with Traffic(endpoints, scenes) as traffic:
-        installed = site_daemon.deploy("install", "--local", "--project", PROJECT, str(newer.path),
-                                       "--rollout-flags", ROLLOUT_FLAGS)
-    install_s = time.monotonic() - started
-    assert installed.returncode == 0, f"deploy install of the newer archive failed: {installed.stderr[-3000:]}"
-    done = json.loads(installed.stdout.strip().splitlines()[-1])
-    assert (done["role"], done["rollout"]["action"], done["rollout"]["version"]) == ("candidate", "promote", 2)
-    assert traffic.errors == [] and traffic.answered > 0, traffic.errors[:5]
-    decision = json.loads(Path(done["rollout"]["record"]).read_text())
-    assert decision["tag"] == NEWER and decision["record"]["watch"]["action"] == "keep"
+    got = install_under_traffic(site_daemon, newer, scenes)
+    assert got.code == 0
+    assert (got.done["role"], got.done["rollout"]["action"], got.done["rollout"]["version"]) == ("candidate", "promote", 2)
+    assert got.traffic.errors == [] and got.traffic.answered > 0, got.traffic.errors[:5]
+    assert got.decision["tag"] == NEWER and got.decision["record"]["watch"]["action"] == "keep"
     assert json.loads((site.site_dir(PROJECT) / "site.json").read_text())["tag"] == NEWER
-    triton = site_daemon.docker("ps", "-q", "--filter", f"label=com.docker.compose.project={PROJECT}", "--filter",
-                                "label=com.docker.compose.service=triton-cpu").stdout.strip()
-    index = json.loads(site_daemon.docker("exec", triton, "cat", "/models/current/versions.json").stdout)
+    index = site_index(site_daemon)
     assert (index["stable"], index["previous_stable"], index["versions"]["1"]["state"]) == (2, 1, "retired")
-    with DetectionClient(endpoints["grpcs"], ca_cert=Path(endpoints["ca_cert"]), timeout_s=10) as client:
+    with DetectionClient(got.endpoints["grpcs"], ca_cert=Path(got.endpoints["ca_cert"]), timeout_s=10) as client:
         assert sum(len(result) for result in client.detect_many(scenes)) > 0
     print(f"\nnewer archive on the running site: deploy archive {newer.make_s:.0f} s, deploy install with its "
-          f"rollout {install_s:.0f} s ({decision['record'].get('deploy_update')}), {traffic.answered} requests, "
-          f"{len(traffic.errors)} failed")
+          f"rollout {got.seconds:.0f} s ({got.decision['record'].get('deploy_update')}), {got.traffic.answered} "
+          f"requests, {len(got.traffic.errors)} failed")
+
+
+def test_a_worse_archive_on_the_running_site_is_rolled_back_by_itself_and_the_site_stays(
+        site_daemon: SiteDaemon, scenes: list[bytes], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A third archive whose model keeps one detection an image (``max_detections=1``), installed on the site that
+    the previous test moved to version 2: its builder adds version 3, the rollout judges it worse and rolls it back
+    under traffic with no failed request, install exits 3 as ``deploy update`` does, and the site keeps serving
+    version 2 from the files it had."""
+    worse = make_archive(tmp_path_factory.mktemp("site-worse"), WORSE, "--set", "max_detections=1")
+    got = install_under_traffic(site_daemon, worse, scenes)
+    assert got.code == 3  # as deploy update: rolled back
+    assert (got.done["role"], got.done["rollout"]["action"], got.done["rollout"]["version"]) == ("candidate", "rollback", 3)
+    assert got.traffic.errors == [] and got.traffic.answered > 0, got.traffic.errors[:5]
+    assert got.decision["tag"] == WORSE and got.decision["record"]["failed"], got.decision["record"]
+    assert json.loads((site.site_dir(PROJECT) / "site.json").read_text())["tag"] == NEWER  # the site's own files
+    index = site_index(site_daemon)
+    assert (index["stable"], index["versions"]["3"]["state"]) == (2, "rolled_back")
+    with DetectionClient(got.endpoints["grpcs"], ca_cert=Path(got.endpoints["ca_cert"]), timeout_s=10) as client:
+        assert max(len(result) for result in client.detect_many(scenes)) > 1  # version 2: more than one a scene
+    print(f"\nworse archive on the running site: deploy archive {worse.make_s:.0f} s, deploy install with its "
+          f"rollout {got.seconds:.0f} s, rolled back on {got.decision['record']['failed']}, {got.traffic.answered} "
+          f"requests, {len(got.traffic.errors)} failed")
+
+
+def test_the_next_up_runs_the_promoted_archives_images_and_keeps_the_stable_version(
+        site_daemon: SiteDaemon, scenes: list[bytes]) -> None:
+    """After the promotion (and the rolled-back third archive) the site's files name the promoted archive's tag
+    while the running containers are still the first archive's: the next ``up`` recreates them from the promoted
+    images, offline, and Triton serves version 2 again with nothing rebuilt."""
+    started = time.monotonic()
+    up = site_daemon.deploy("up", "--local", "--project", PROJECT, "--publish", "auto", "--no-pull",
+                            "--build-network", "none")
+    up_s = time.monotonic() - started
+    assert up.returncode == 0, f"deploy up of the promoted site failed: {up.stderr[-3000:]}"
+    endpoints = json.loads(up.stdout.strip().splitlines()[-1])
+    triton = site_daemon.docker("ps", "-q", "--filter", f"label=com.docker.compose.project={PROJECT}", "--filter",
+                                "label=com.docker.compose.service=triton-cpu").stdout.strip()
+    image = site_daemon.docker("inspect", "--format", "{{.Config.Image}}", triton).stdout.strip()
+    assert image.endswith(f":{NEWER}"), image
+    index = site_index(site_daemon)
+    assert (index["stable"], index["versions"]["3"]["state"]) == (2, "rolled_back")
+    with DetectionClient(endpoints["grpcs"], ca_cert=Path(endpoints["ca_cert"]), timeout_s=10) as client:
+        found = [len(result) for result in client.detect_many(scenes)]
+    assert max(found) > 1, found  # version 2, not the rolled-back one
+    print(f"\nup after the promoted install: {up_s:.0f} s, Triton on {image}")
