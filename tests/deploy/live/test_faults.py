@@ -180,7 +180,7 @@ def _rounded(per_step: dict[str, float]) -> str:
 
 def test_ten_times_the_capacity_is_shed_fast_and_accepted_requests_stay_in_budget(stack: LiveStack) -> None:
     """10x what the stack serves, through the proxy: most requests are refused at admission (UNAVAILABLE, the queue
-    full) instead of waiting, and the accepted ones wait no longer than the build's recorded budget.
+    full) instead of waiting, and no step holds an accepted one longer than the build's recorded budget.
 
     Latencies are judged beside what the machine gives any call at the same moment (tests/integration/
     test_overload.py does the same): a priority-1 probe (the whole pipeline, no queue) and the server-live round
