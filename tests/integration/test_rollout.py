@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 
 from clients import NO_RETRY, DetectionClient
-from clients.canary import CanaryClient, Route, write_route
+from clients.canary import CanaryClient, Route, read_route, write_route
 from generator.builder.spec.options import BuildOptions
 from generator.builder.versioned import add_version
 from generator.cli.rollout import control_images
 from generator.operate.admin import ModelControl
+from generator.operate.rollout import workflow
+from generator.operate.rollout.mirror import mirror
 from generator.operate.rollout.workflow import RolloutSettings, rollback, rollout
 from generator.repository.versions import ROUTE_NAME, read_index
 from generator.synthetic import encode, make_scene
@@ -103,9 +105,17 @@ def scenes() -> list[bytes]:
     return [encode(make_scene(rng, 640, 480).image, ".jpg") for _ in range(7)]
 
 
-def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(versioned, demo_onnx, scenes) -> None:
+def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(versioned, demo_onnx, scenes,
+                                                                            monkeypatch) -> None:
     repository, serve = versioned
     add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))  # beside the live v1
+    mirrored: list[tuple[tuple[str, ...], str | None]] = []  # each mirror's models, and the canary routed meanwhile
+
+    def spy(url: str, models: tuple[str, ...], images: tuple[bytes, ...], *args: object) -> object:
+        mirrored.append((tuple(models), read_route(repository / ROUTE_NAME).canary))
+        return mirror(url, models, images, *args)
+
+    monkeypatch.setattr(workflow, "mirror", spy)
     with SteadyLoad(serve.grpc_url, repository / ROUTE_NAME, scenes) as load:
         time.sleep(1.0)
         started = time.monotonic()
@@ -121,8 +131,11 @@ def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(vers
     print(f"\npromotion {promoted_s:.1f} s ({record['timings']}), manual rollback {rolled_back_s:.1f} s, "
           f"{load.answered} requests answered {load.counts}, canary share {record['observed_canary_share']} %")
     assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
-    # The control images went through the candidate before its share of users did (its cold calls are no tail).
-    assert record["timings"]["warmup_s"] > 0 and record["control_images"] > 0  # type: ignore[index]
+    # The control images went through the candidate alone before its share of users did (its cold calls are no
+    # tail), then through both sides at the end of the window.
+    assert mirrored[0] == (("yolo_v2",), None), mirrored
+    assert mirrored[1] == (("yolo", "yolo_v2"), "yolo_v2"), mirrored
+    assert record["timings"]["warmup_s"] > 0  # type: ignore[index]
     assert load.errors == [], load.errors[:5]
     assert load.counts.get("yolo_v2", 0) > 0 and load.counts["yolo"] > load.counts["yolo_v2"]
     assert manual["rolled_back"] == 2 and manual["stable"] == 1
