@@ -111,9 +111,9 @@ def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(vers
     add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))  # beside the live v1
     mirrored: list[tuple[tuple[str, ...], str | None]] = []  # each mirror's models, and the canary routed meanwhile
 
-    def spy(url: str, models: tuple[str, ...], images: tuple[bytes, ...], *args: object) -> object:
+    def spy(url: str, models: tuple[str, ...], images: tuple[bytes, ...], timeout_s: float = 30.0) -> object:
         mirrored.append((tuple(models), read_route(repository / ROUTE_NAME).canary))
-        return mirror(url, models, images, *args)
+        return mirror(url, models, images, timeout_s)
 
     monkeypatch.setattr(workflow, "mirror", spy)
     with SteadyLoad(serve.grpc_url, repository / ROUTE_NAME, scenes) as load:
