@@ -161,21 +161,24 @@ def _round(endpoints: Endpoints, settings: PairedSettings, topologies: dict[str,
     before = snapshot(endpoints.metrics)
     single = closed_loop(make, images, 1, settings.window_s, 1)
     stages = stage_deltas(before, snapshot(endpoints.metrics))
-    ensemble_rps = len(busy.latencies_ms) / busy.elapsed_s
-    p50_c1 = statistics.median(single.latencies_ms) if single.latencies_ms else None
+    ensemble_rps = round(len(busy.latencies_ms) / busy.elapsed_s, 2)
+    p50_c1 = round(statistics.median(single.latencies_ms), 1) if single.latencies_ms else None
+    published = {name: {"images_per_s": round(ips, 2), "p50_ms": round(p50, 1)} for name, (ips, p50) in raw.items()}
+    decode_ms = round(decode_ms, 2)
     return {
-        "raw": {name: {"images_per_s": round(ips, 2), "p50_ms": round(p50, 1)} for name, (ips, p50) in raw.items()},
-        "ensemble_rps": round(ensemble_rps, 2),
-        "ensemble_p50_c1_ms": round(p50_c1, 1) if p50_c1 is not None else None,
+        "raw": published,
+        "ensemble_rps": ensemble_rps,
+        "ensemble_p50_c1_ms": p50_c1,
         "failures": busy.failures + single.failures,
-        "ratio_same_topology": round(ensemble_rps / raw["served"][0], 3),
-        "ratio_best_raw": round(ensemble_rps / max(ips for ips, _ in raw.values()), 3),
-        "added_p50_c1_ms": round(p50_c1 - raw["single"][1], 1) if p50_c1 is not None else None,
+        # Every ratio from the published (rounded) numbers, so a reader recomputing it from the record gets it exactly.
+        "ratio_same_topology": round(ensemble_rps / published["served"]["images_per_s"], 3),
+        "ratio_best_raw": round(ensemble_rps / max(v["images_per_s"] for v in published.values()), 3),
+        "added_p50_c1_ms": round(p50_c1 - published["single"]["p50_ms"], 1) if p50_c1 is not None else None,
         "added_in_triton_c1_ms": _in_triton_ms(stages, settings.model),
-        "decode_p50_ms": round(decode_ms, 2),
+        "decode_p50_ms": decode_ms,
         "lone_raw": lone,
-        "c1_vs_raw_plus_decode": _single_stream(p50_c1, raw[lone][1], decode_ms),
-        "rps_vs_raw_single": round(ensemble_rps / raw[lone][0], 3),
+        "c1_vs_raw_plus_decode": _single_stream(p50_c1, published[lone]["p50_ms"], decode_ms),
+        "rps_vs_raw_single": round(ensemble_rps / published[lone]["images_per_s"], 3),
         "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at the start and the end
     }
 
