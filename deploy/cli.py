@@ -57,6 +57,10 @@ def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                         help="network of the image builds' downloads (default: %(default)s)")
     images.add_argument("--build-ca-bundle", type=Path,
                         help="CA bundle for pip in the image builds (default: $BUILD_CA_BUNDLE or the system bundle)")
+    control = argparse.ArgumentParser(add_help=False)
+    control.add_argument("--control-images", type=Path,
+                         help="your images for the rollout's agreement check (default: the demo's synthetic scenes)")
+    control.add_argument("--control-labels", type=Path, help="their labels, a COCO JSON (optional)")
     up = sub.add_parser("up", parents=[common, local, images],
                         help="build and start the CPU stack with monitoring here; print its endpoints as JSON")
     up.add_argument("--publish", choices=("settings", "auto"), default="settings",
@@ -65,14 +69,11 @@ def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                     help="your tls.crt, tls.key and ca.crt (default: a throwaway CA and certificate)")
     sub.add_parser("build", parents=[common, local, images],
                    help="only build the CPU stack's and the load test's images (bases made where needed)")
-    update = sub.add_parser("update", parents=[common, local],
+    update = sub.add_parser("update", parents=[common, local, control],
                             help="add a model version to the running stack and roll it out (promote or roll back)")
     update.add_argument("--onnx", type=Path, help="the new detector (default: the one baked into the builder image)")
     update.add_argument("--build-flags", help='extra generator build flags, one string: "--conf-threshold 0.5"')
     update.add_argument("--rollout-flags", help='extra generator rollout flags, one string: "--window-s 300"')
-    update.add_argument("--control-images", type=Path,
-                        help="your images for the agreement check (default: the demo's synthetic scenes)")
-    update.add_argument("--control-labels", type=Path, help="their labels, a COCO JSON (optional)")
     sub.add_parser("rollback", parents=[common, local],
                    help="stop the running stack's canary, or move it back to the previous stable version")
     sub.add_parser("down", parents=[common, local], help="remove the local stack's containers, networks, volumes")
@@ -81,11 +82,12 @@ def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     bases.add_argument("--rebuild", action="store_true", help="make the local ones again even if present")
     bases.add_argument("--no-pull", dest="pull", action="store_false", help="never ask a registry")
     bases.add_argument("--build-network", default="host", help="network of the stand-ins' apt downloads")
-    _site_parsers(sub, common, local, images)
+    _site_parsers(sub, common, local, images, control)
 
 
 def _site_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser,
-                  local: argparse.ArgumentParser, images: argparse.ArgumentParser) -> None:
+                  local: argparse.ArgumentParser, images: argparse.ArgumentParser,
+                  control: argparse.ArgumentParser) -> None:
     """archive and install: the CPU stack carried to a site with no network (deploy/local/site*.py)."""
     archive = sub.add_parser("archive", parents=[common, local, images],
                              help="write one archive of the CPU stack's images, repository and rendered files "
@@ -94,7 +96,7 @@ def _site_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], comm
     archive.add_argument("--tag", help="tag of the images in the archive (default: site- and a digest of them)")
     archive.add_argument("--split", metavar="SIZE",
                          help="cut the archive into numbered parts of at most SIZE bytes (500M, 2G)")
-    install = sub.add_parser("install", parents=[common, local],
+    install = sub.add_parser("install", parents=[common, local, control],
                              help="verify a site archive, load its images and repository; then `up` builds nothing")
     install.add_argument("archive", type=Path, help="the archive, or any one of its parts")
     install.add_argument("--rollout-flags", help="on a running site, extra generator rollout flags for the archive's "
@@ -175,9 +177,11 @@ def _site(args: argparse.Namespace, settings: Settings) -> dict[str, object]:
 
     try:
         if args.command == "install":
-            from deploy.local.update import parse_flags
+            from deploy.local.update import Update, parse_flags
 
-            return site_install.install_site(args.archive, args.project, parse_flags(args.rollout_flags))
+            change = Update(rollout_flags=parse_flags(args.rollout_flags), control_images=args.control_images,
+                            control_labels=args.control_labels)
+            return site_install.install_site(args.archive, args.project, change)
         stack = LocalStack(project=args.project, pull=args.pull, build_network=args.build_network,
                            build_ca_bundle=args.build_ca_bundle)
         split = parse_size(args.split) if args.split else None

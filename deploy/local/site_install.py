@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from deploy.local.site import (
 )
 from deploy.local.site_archive import check_saved
 from deploy.local.stack import SITE_ENV, SITES_ROOT
+from deploy.local.update import Update
 from generator.errors import ServerError
 from generator.server.archive_parts import check_checksums, find_parts
 
@@ -186,14 +188,14 @@ def installed_tag(project: str) -> str | None:
         return None
 
 
-def roll_out(project: str, staged: Path, index: dict[str, Any], rollout_flags: tuple[str, ...]) -> dict[str, Any]:
+def roll_out(project: str, staged: Path, index: dict[str, Any], change: Update) -> dict[str, Any]:
     """A newer archive on a running versioned site: ``deploy update --local``'s own steps (deploy/local/update.py).
     The builder of the archive's tag (its ONNX, with the archive's settings) adds the next version beside the
-    stable one, with no network; the rollout service tries it and promotes or rolls it back, the decision in the
-    volume. Promoted, the site's files move to the archive's tag (the next ``up`` runs its images); rolled back,
+    stable one, with no network; the rollout service tries it (on the site's own control images where ``change``
+    names them) and promotes or rolls it back, the decision in the volume. Promoted, the site's files move to the archive's tag (the next ``up`` runs its images); rolled back,
     they stay. The decision record is kept beside the site's files too."""
     from deploy.local.stack import LocalStack, read_env_file
-    from deploy.local.update import Update, update
+    from deploy.local.update import update
     from deploy.settings import load_settings
 
     stack = LocalStack(project=project)
@@ -205,7 +207,7 @@ def roll_out(project: str, staged: Path, index: dict[str, Any], rollout_flags: t
                                f"not up: python -m deploy up --local --project {project}, then install the archive "
                                "again (its images are loaded)")
     settings = load_settings(staged / SETTINGS_FILE)
-    code, record = update(settings, stack, Update(builder_tag=index["tag"], rollout_flags=rollout_flags))
+    code, record = update(settings, stack, replace(change, builder_tag=index["tag"]))
     where = write_site(project, staged) if code == 0 else site_dir(project)
     (where / ROLLOUT_RECORD).write_text(json.dumps({"tag": index["tag"], "exit": code, "record": record},
                                                    indent=1) + "\n")
@@ -244,9 +246,21 @@ def check_parts(given: Path) -> None:
                        given.name.split(".tar")[0] + ".tar")
 
 
-def install_site(given: Path, project: str, rollout_flags: tuple[str, ...] = ()) -> dict[str, Any]:
+def check_control(change: Update) -> None:
+    """The site's control images and labels are there before anything is loaded (a rollout would refuse them late)."""
+    for flag, path in (("--control-images", change.control_images), ("--control-labels", change.control_labels)):
+        if path is not None and not path.exists():
+            raise SiteArchiveError(f"{flag} {path} does not exist: nothing was loaded")
+    if change.control_labels is not None and change.control_images is None:
+        raise SiteArchiveError("--control-labels label the images of --control-images: give both")
+
+
+def install_site(given: Path, project: str, change: Update | None = None) -> dict[str, Any]:
     """Verify everything, then load the images and the repository (module docstring); what was installed, and on
-    a running site what its rollout decided."""
+    a running site what its rollout decided. ``change``: the rollout's flags and control images on a running site
+    (a new site has nothing to roll out, and says so when they were given)."""
+    change = change or Update()
+    check_control(change)
     check_engine()
     SITES_ROOT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=SITES_ROOT, prefix=".incoming-") as tmp:
@@ -262,8 +276,11 @@ def install_site(given: Path, project: str, rollout_flags: tuple[str, ...] = ())
         done: dict[str, Any] = {}
         if role == "stable":
             where = write_site(project, staged)
+            if change.rollout_flags or change.control_images:
+                logger.warning("%s is a new site: its first version serves as it is, with nothing to roll out (the "
+                               "rollout flags and control images apply to a later archive)", project)
         elif role == "running":
-            role, done = "candidate", {"rollout": roll_out(project, staged, index, rollout_flags)}
+            role, done = "candidate", {"rollout": roll_out(project, staged, index, change)}
             where = site_dir(project)
         else:
             where = offer_candidate(project, index, given.name)

@@ -19,6 +19,7 @@ import pytest
 
 from deploy.cli import main
 from deploy.local import site, site_install, stack
+from deploy.local.update import Update
 from tests.helpers import tar_bytes
 
 OLD, NEW = "site-old", "site-new"
@@ -99,15 +100,21 @@ def _decide(monkeypatch: pytest.MonkeyPatch, action: str, code: int) -> None:
 def test_a_promoted_archive_is_built_by_its_own_builder_rolled_out_and_moves_the_site(
         running_site: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     _decide(monkeypatch, "promote", 0)
-    done = site_install.roll_out("p", running_site["staged"], running_site["index"], ("--window-s", "15"))
+    control = running_site["staged"].parent / "site-frames"  # the site's own camera frames
+    control.mkdir()
+    (control / "gate-1.jpg").write_bytes(b"jpeg")
+    change = Update(rollout_flags=("--window-s", "15"), control_images=control)
+    done = site_install.roll_out("p", running_site["staged"], running_site["index"], change)
     assert (done["action"], done["exit"], done["version"]) == ("promote", 0, 2)
     builder, rollout = running_site["log"].read_text().splitlines()
     # the builder alone runs the archive's image (its ONNX) with the archive's settings; the rollout the site's own
     assert builder.startswith(f"{NEW} compose ") and " run --rm --no-deps builder-cpu " in builder
     assert "--max-detections 200" in builder
-    assert rollout.startswith(f"{OLD} compose ") and rollout.endswith("rollout-cpu --window-s 15")
+    assert rollout.startswith(f"{OLD} compose ") and rollout.endswith("rollout-cpu --window-s 15 --control-images /control")
+    # the site's frames reach the rollout read-only, copied beside the stack's state (readable by its uid)
+    assert ":/control:ro rollout-cpu" in rollout
     # the serving containers are never recreated by the rollout's `compose run`, whatever the site's files say now
-    assert " run --rm -T --no-deps rollout-cpu " in rollout
+    assert " run --rm -T --no-deps -v " in rollout
     assert site_install.installed_tag("p") == NEW  # the site's files are the new archive's
     record = json.loads(Path(done["record"]).read_text())
     assert record["tag"] == NEW and record["record"]["action"] == "promote" and "deploy_update" in record["record"]
@@ -116,7 +123,7 @@ def test_a_promoted_archive_is_built_by_its_own_builder_rolled_out_and_moves_the
 def test_a_rolled_back_archive_leaves_the_site_on_its_files_and_install_exits_3(
         running_site: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     _decide(monkeypatch, "rollback", 3)
-    done = site_install.roll_out("p", running_site["staged"], running_site["index"], ())
+    done = site_install.roll_out("p", running_site["staged"], running_site["index"], Update())
     assert (done["action"], done["exit"]) == ("rollback", 3)
     assert site_install.installed_tag("p") == OLD
     assert json.loads(Path(done["record"]).read_text())["record"]["failed"] == ["empty_share"]
@@ -127,10 +134,24 @@ def test_a_rolled_back_archive_leaves_the_site_on_its_files_and_install_exits_3(
 def test_the_archive_the_site_runs_is_not_rolled_out_again_and_a_stopped_site_is_refused(
         running_site: dict[str, Any]) -> None:
     index = {**running_site["index"], "tag": OLD}
-    assert site_install.roll_out("p", running_site["staged"], index, ())["action"] == "none"
+    assert site_install.roll_out("p", running_site["staged"], index, Update())["action"] == "none"
     (stack.LocalStack(project="p").state / stack.ENV_FILE).unlink()
     with pytest.raises(site.SiteArchiveError, match=r"the stack p is not up: python -m deploy up --local"):
-        site_install.roll_out("p", running_site["staged"], running_site["index"], ())
+        site_install.roll_out("p", running_site["staged"], running_site["index"], Update())
+    assert not running_site["log"].exists()  # docker never called
+
+
+@pytest.mark.parametrize(("flags", "refusal"), [
+    (["--control-images", "no-such-frames"], "--control-images no-such-frames does not exist: nothing was loaded"),
+    (["--control-labels", "labels.json"], "--control-labels label the images of --control-images: give both"),
+])
+def test_control_images_that_are_not_there_are_refused_before_the_archive_is_read(
+        running_site: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        flags: list[str], refusal: str) -> None:
+    monkeypatch.chdir(running_site["staged"].parent)
+    (running_site["staged"].parent / "labels.json").write_text("{}")
+    assert main(["install", "--local", "--project", "p", "missing.tar", *flags]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(refusal)
     assert not running_site["log"].exists()  # docker never called
 
 

@@ -279,12 +279,12 @@ class Installed:
     endpoints: dict[str, str]
 
 
-def install_under_traffic(site_daemon: SiteDaemon, newer: Archive, scenes: list[bytes]) -> Installed:
+def install_under_traffic(site_daemon: SiteDaemon, newer: Archive, scenes: list[bytes], *flags: str) -> Installed:
     endpoints = json.loads((stack.LocalStack(project=PROJECT).state / "endpoints.json").read_text())
     started = time.monotonic()
     with Traffic(endpoints, scenes) as traffic:
         installed = site_daemon.deploy("install", "--local", "--project", PROJECT, str(newer.path),
-                                       "--rollout-flags", ROLLOUT_FLAGS)
+                                       "--rollout-flags", ROLLOUT_FLAGS, *flags)
     seconds = time.monotonic() - started
     assert installed.returncode in (0, 3), f"deploy install of {newer.path.name} failed: {installed.stderr[-3000:]}"
     done = json.loads(installed.stdout.strip().splitlines()[-1])
@@ -305,8 +305,13 @@ def test_a_newer_archive_on_the_running_site_is_rolled_out_beside_the_stable_ver
     volume keeps version 1, the archive's builder (no network) adds version 2, the rollout service promotes it
     under traffic through the proxy with no failed request, and the site's files move to the new tag."""
     newer = make_archive(tmp_path_factory.mktemp("site-newer"), NEWER, "--set", "max_detections=200")
-    got = install_under_traffic(site_daemon, newer, scenes)
+    frames = tmp_path_factory.mktemp("site-frames")  # the site's own images, unlabelled, for the agreement check
+    for number, scene in enumerate(scenes):
+        (frames / f"gate-{number}.jpg").write_bytes(scene)
+    got = install_under_traffic(site_daemon, newer, scenes, "--control-images", str(frames))
     assert got.code == 0
+    control = got.decision["record"]["control"]
+    assert (control["source"], control["images"], control["labelled"]) == ("user", len(scenes), False)
     assert (got.done["role"], got.done["rollout"]["action"], got.done["rollout"]["version"]) == ("candidate", "promote", 2)
     assert got.traffic.errors == [] and got.traffic.answered > 0, got.traffic.errors[:5]
     assert got.decision["tag"] == NEWER and got.decision["record"]["watch"]["action"] == "keep"
