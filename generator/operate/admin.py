@@ -41,6 +41,7 @@ class Control(Protocol):
     def samples(self) -> Scrape: ...
     def wait_idle(self, models: Iterable[str], timeout_s: float, quiet_s: float = 1.0, poll_s: float = 0.25
                   ) -> float: ...
+    def infer_urls(self, clients_url: str) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,10 @@ class ModelControl:
     def samples(self) -> Scrape:
         """The metrics, parsed (window.parse_scrape)."""
         return parse_scrape(self.scrape())
+
+    def infer_urls(self, clients_url: str) -> list[str]:
+        """Where a request reaches each server: one server, so the clients' own URL."""
+        return [clients_url]
 
     def wait_idle(self, models: Iterable[str], timeout_s: float, quiet_s: float = 1.0, poll_s: float = 0.25
                   ) -> float:

@@ -102,6 +102,10 @@ class FleetControl:
         fresh = {member.metrics_url: parse_scrape(member.scrape()) for member in self.members()}
         return merge(self._last, fresh)
 
+    def infer_urls(self, clients_url: str) -> list[str]:
+        """Each server's own HTTP endpoint: the clients' URL (a Service) reaches one pod of its choosing."""
+        return [f"http://{member.http_url}" for member in self.members()]
+
     def wait_idle(self, models: Iterable[str], timeout_s: float, quiet_s: float = 1.0, poll_s: float = 0.25
                   ) -> float:
         """Each server in turn, within one budget of ``timeout_s``."""

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from clients.canary import Route, write_route
+from clients.canary import Route, read_route, write_route
 from generator.builder.spec.options import BuildOptions
 from generator.builder.versioned import add_version
 from generator.cli.rollout import control_images
 from generator.operate.admin import ModelControl
 from generator.operate.fleet import FleetControl
+from generator.operate.rollout import workflow
+from generator.operate.rollout.mirror import mirror
 from generator.operate.rollout.workflow import RolloutSettings, rollback, rollout
 from generator.repository.versions import ROUTE_NAME, read_index
 from tests.integration.serve_process import ServeProcess
@@ -48,10 +50,17 @@ def _one(serve: ServeProcess) -> ModelControl:
 
 
 def test_the_fleet_rollout_promotes_on_every_server_and_the_rollback_reaches_every_server(
-        two_servers, demo_onnx, scenes) -> None:  # noqa: F811 -- scenes is the fixture
+        two_servers, demo_onnx, scenes, monkeypatch) -> None:  # noqa: F811 -- scenes is the fixture
     repository, servers = two_servers
     fleet = FleetControl(lambda: [(s.http_url, f"127.0.0.1:{s.metrics_port}") for s in servers], KEY)
     add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    mirrored: list[tuple[str, tuple[str, ...], str | None]] = []  # each mirror's URL and models, the canary routed
+
+    def spy(url: str, models: tuple[str, ...], images: tuple[bytes, ...], timeout_s: float = 30.0) -> object:
+        mirrored.append((url, tuple(models), read_route(repository / ROUTE_NAME).canary))
+        return mirror(url, models, images, timeout_s)
+
+    monkeypatch.setattr(workflow, "mirror", spy)
     settings = RolloutSettings(repository, fleet, f"http://{servers[0].http_url}", control_images(None),
                                canary_percent=25, window_s=WINDOW_S)
     loads = [SteadyLoad(s.grpc_url, repository / ROUTE_NAME, scenes) for s in servers]
@@ -68,6 +77,8 @@ def test_the_fleet_rollout_promotes_on_every_server_and_the_rollback_reaches_eve
           f"{[load.counts for load in loads]}, window: canary {record['canary']['requests']} requests "  # type: ignore[index]
           f"(share {record['observed_canary_share']} %)")
     assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
+    # The candidate warmed on each server by itself before any route named it (the clients' URL is one server's).
+    assert mirrored[:2] == [(f"http://{s.http_url}", ("yolo_v2",), None) for s in servers], mirrored
     for load in loads:
         assert load.errors == [], load.errors[:5]
         assert load.counts.get("yolo_v2", 0) > 0  # each server took canary traffic ...

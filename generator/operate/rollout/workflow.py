@@ -219,9 +219,11 @@ def warm_up(settings: RolloutSettings, model: str) -> None:
     """The control images through the freshly loaded candidate once, before any user request is routed to it: a
     new stub's and a new detector session's first calls are several times slower (141 ms against 25 ms measured
     on the demo), and the users queued behind them would be the tail the window's p95 judges. A candidate that
-    fails here fails before users see it (a client error ends the rollout safe, as in the window)."""
+    fails here fails before users see it (a client error ends the rollout safe, as in the window). A fleet warms
+    every server: behind a Service the clients' URL would reach one pod, and the others' users would meet it cold."""
     if settings.control_images:
-        mirror(settings.infer_url, (model,), settings.control_images)
+        for url in settings.control.infer_urls(settings.infer_url):
+            mirror(url, (model,), settings.control_images)
 
 
 def _trial(settings: RolloutSettings, index: RepositoryIndex, progress: Progress, timings: dict[str, float],

@@ -44,3 +44,12 @@ def test_a_headless_name_gives_every_address_on_the_same_ports() -> None:
 def test_no_server_behind_the_name_is_an_error_that_says_so() -> None:
     with pytest.raises(TritonAdminError, match="no Triton server"):
         FleetControl(lambda: []).loaded()
+
+
+def test_a_fleet_is_warmed_on_each_server_and_one_server_through_the_clients_url() -> None:
+    """The rollout's warm-up reaches every pod itself: the clients' URL names a Service, which picks one."""
+    from generator.operate.admin import ModelControl
+
+    fleet = FleetControl(lambda: [("10.0.0.7:8000", "10.0.0.7:8002"), ("[fd00::9]:8000", "[fd00::9]:8002")])
+    assert fleet.infer_urls("grpc://triton:8001") == ["http://10.0.0.7:8000", "http://[fd00::9]:8000"]
+    assert ModelControl("127.0.0.1:8000", "127.0.0.1:8002").infer_urls("grpc://triton:8001") == ["grpc://triton:8001"]
