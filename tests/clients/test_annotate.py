@@ -40,6 +40,7 @@ def test_annotate_writes_decodable_file(tmp_path):
     written = annotate_image(grey_png(), RESULT, tmp_path / "sub" / "scene.png")
     assert written == tmp_path / "sub" / "scene.png"
     back = cv2.imread(str(written))
+    assert back is not None
     assert back.shape == (160, 200, 3)
     assert (back[60, 20] != 128).any()
 

@@ -1,4 +1,5 @@
 import json
+from typing import cast
 
 import numpy as np
 import pytest
@@ -47,13 +48,14 @@ def test_decode_cuts_padding_and_maps_names():
     results = decode_outputs(padded_outputs(dets, pad_value=99.0), INFO)
     assert [len(r) for r in results] == [2, 0, 1]
     first = results[0].detections[0]
+    # approx compares equal to the float the dataclass's __eq__ finds in the score field.
     assert first == Detection(
-        box=(10.5, 20.25, 110.0, 220.75), score=pytest.approx(0.9), class_id=1, class_name="square"
+        box=(10.5, 20.25, 110.0, 220.75), score=cast(float, pytest.approx(0.9)), class_id=1, class_name="square"
     )
     assert results[0].detections[1].class_name == "triangle"
     assert results[2].detections[0].class_name == "class_7"  # beyond the names list
     assert results[1].detections == ()
-    np.testing.assert_allclose(results[0].boxes, [[10.5, 20.25, 110.0, 220.75], [0, 0, 5, 5]])
+    np.testing.assert_allclose(results[0].boxes, [[10.5, 20.25, 110.0, 220.75], [0.0, 0.0, 5.0, 5.0]])
     assert results[1].boxes.shape == (0, 4)
     assert results[0].class_ids.tolist() == [1, 2]
 

@@ -76,6 +76,7 @@ def test_triton_statuses(status, expected):
 
 def test_inference_error_keeps_triton_text_and_status():
     error = translate_error(InferenceServerException("bad image", "400"), GRPC, 2.0)
+    assert isinstance(error, InferenceError)
     assert str(error) == "bad image"
     assert error.status == "400"
 

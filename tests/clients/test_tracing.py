@@ -21,6 +21,7 @@ def test_sampled_span_sends_its_own_traceparent() -> None:
     parent.end()
     (span, _) = exporter.get_finished_spans()
     context = span.get_span_context()
+    assert context is not None
     # The flags are the span's: sampled, and since OpenTelemetry 1.4x also W3C level 2's "random trace id" (03).
     assert headers["traceparent"] == f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
     assert context.trace_flags.sampled

@@ -211,7 +211,7 @@ def test_gpu_host_ulimits_are_settings() -> None:
     """memlock and stack are settings of the GPU stack: 0 leaves one out, both 0 leave none."""
     from deploy.render import render_all
 
-    def limits(**overrides: int) -> dict[str, Any]:
+    def limits(**overrides: Any) -> dict[str, Any]:
         text = render_all(Settings(**overrides))["docker-compose.yml"]
         env = {**parse_env(render_all(Settings())[".env"]), **CHECK_SECRETS}
         return {name: load_compose(text, env)["services"][name].get("ulimits") for name in ("builder", "triton")}

@@ -10,6 +10,7 @@ from deploy.checks import run_checks
 from deploy.errors import RenderError
 from deploy.render import NGINX_CONF, OUTPUTS, drift, render_all, write_rendered
 from deploy.settings import Settings
+from generator.builder.spec.options import Precision, Target
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -84,7 +85,9 @@ def test_builder_builds_for_each_target_with_the_settings() -> None:
     from deploy.commands import builder_command
 
     settings = Settings()
-    for target, precision in (("tensorrt", settings.precision), ("onnxruntime", settings.cpu_precision)):
+    builds: tuple[tuple[Target, Precision], ...] = (("tensorrt", settings.precision),
+                                                   ("onnxruntime", settings.cpu_precision))
+    for target, precision in builds:
         command = builder_command(settings, target)
         assert command[:4] == ["--volume=/models", "--link=current", "--versioned", "--"]
         build = " ".join(command[3:])

@@ -7,6 +7,7 @@ import pytest
 
 from deploy import sizing
 from deploy.settings import Settings
+from generator.builder.spec.options import NormaliseIn
 
 MIB = 1024 * 1024
 
@@ -67,7 +68,7 @@ def test_pod_memory_limit_includes_the_memory_backed_shm() -> None:
 
 @pytest.mark.parametrize(("normalise_in", "reduce_head", "nms_in_graph"),
                          [("graph", True, False), ("preprocess", False, False), ("graph", True, True)])
-def test_shm_terms_are_the_tensors_the_generator_really_builds(tmp_path: Path, normalise_in: str,
+def test_shm_terms_are_the_tensors_the_generator_really_builds(tmp_path: Path, normalise_in: NormaliseIn,
                                                                reduce_head: bool, nms_in_graph: bool) -> None:
     """Build the demo with the same options and read the dims and dtypes from the configs Triton will load."""
     from generator.builder.pipeline import build_repository

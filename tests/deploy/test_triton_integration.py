@@ -81,7 +81,7 @@ def _listening_addresses(port: int) -> set[str]:
 
     found = set()
     for conn in psutil.net_connections("tcp"):
-        if conn.status == "LISTEN" and conn.laddr.port == port:
+        if conn.status == "LISTEN" and conn.laddr and conn.laddr.port == port:
             address = ipaddress.ip_address(conn.laddr.ip)
             mapped = getattr(address, "ipv4_mapped", None)
             found.add(str(mapped or address))

@@ -14,7 +14,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from generator.builder.spec.options import BuildOptions, GateOptions, PrecisionOptions, TensorRTOptions
+from generator.builder.spec.options import (
+    BuildOptions,
+    GateOptions,
+    Int8Tool,
+    Precision,
+    PrecisionOptions,
+    Target,
+    TensorRTOptions,
+)
 from generator.builder.stages.precision.stage import PrecisionTransform, make_precision_transform
 from generator.model.onnx_inspect import DetectorInfo
 from tests.fixtures import ultralytics as fixtures
@@ -23,8 +31,9 @@ from tests.fixtures import ultralytics as fixtures
 # (the rest of a family's matrix about 45 s), so it runs on the dynamic exports of the default family and of the
 # end-to-end one, for the FP16-float targets (cells outside: "not tested").
 PRECISIONS = ("fp32", "fp16", "int8", "int8-modelopt")
+BUILD_PRECISION: dict[str, Precision] = {"fp32": "fp32", "fp16": "fp16", "int8": "int8", "int8-modelopt": "int8"}
 MODELOPT_FAMILIES = ("yolo11", "yolo26")
-TARGETS = ("embedded", "onnxruntime", "tensorrt")
+TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
 README = Path(__file__).resolve().parents[2] / "README.md"
 BEGIN, END = "<!-- family-matrix:begin -->", "<!-- family-matrix:end -->"
 CALIBRATION_IMAGES = 8
@@ -68,16 +77,16 @@ def model_name(family: str, mode: str, precision: str, target: str) -> str:
 
 
 def precision_options(precision: str, calib_dir: Path) -> PrecisionOptions:
-    tool = "modelopt" if precision == "int8-modelopt" else "ort"
+    tool: Int8Tool = "modelopt" if precision == "int8-modelopt" else "ort"
     return PrecisionOptions(calib_images=calib_dir, calib_count=CALIBRATION_IMAGES, int8_tool=tool)
 
 
-def options(family: str, mode: str, precision: str, target: str, calib_dir: Path) -> BuildOptions:
+def options(family: str, mode: str, precision: str, target: Target, calib_dir: Path) -> BuildOptions:
     """One cell's build: the defaults, except a small batch and one instance per step (many ensembles share
     one server here), calibration on a few scenes, no accuracy gate (random weights have no accuracy to
     keep; the test compares served detections with ONNX Runtime instead) and a deferred plan."""
     return BuildOptions(
-        name=model_name(family, mode, precision, target), target=target, precision=precision.split("-")[0],
+        name=model_name(family, mode, precision, target), target=target, precision=BUILD_PRECISION[precision],
         max_batch=MAX_BATCH, instances=(1, 1, 1),
         calibration=precision_options(precision, calib_dir),
         gate=GateOptions(enabled=False), tensorrt=TensorRTOptions(defer_plan=target == "tensorrt"),

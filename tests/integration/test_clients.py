@@ -47,7 +47,9 @@ def reference(triton_server) -> ReferencePipeline:
 def max_batch(triton_server) -> int:
     with DetectionClient(triton_server.grpc_url, model=triton_server.model_name,
                          admin_key=triton_server.admin_key) as client:
-        return client.model_info.max_batch_size
+        size = client.model_info.max_batch_size
+    assert size is not None, "the test model declares its max_batch_size"
+    return size
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +114,7 @@ def test_class_names_come_from_the_ensemble(triton_server, reference):
         http_info = http_client.model_info
     assert grpc_info == http_info
     assert grpc_info.class_names == tuple(reference.class_names)
-    assert grpc_info.max_batch_size >= 1
+    assert grpc_info.max_batch_size is not None and grpc_info.max_batch_size >= 1
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -210,7 +212,7 @@ def test_cli_json_and_annotate(triton_server, reference, images, expected, tmp_p
             assert det["class_name"] == reference.class_names[int(cls)]
         annotated = cv2.imread(str(out_dir / path.name))
         original = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        assert annotated is not None and annotated.shape == original.shape
+        assert annotated is not None and original is not None and annotated.shape == original.shape
         if len(ref.scores) and path.suffix == ".png":  # lossless: drawing must have changed pixels
             assert (annotated != original).any()
 

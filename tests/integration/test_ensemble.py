@@ -190,6 +190,8 @@ def test_validate_through_the_server_scores_what_the_reference_scores(triton_ser
                  "--url", f"grpc://{triton_server.grpc_url}"])
     out = capsys.readouterr().out
     assert code == 0, out
-    served, local = re.search(r"through Triton .*: mAP@0.5:0.95 ([\d.]+) \(FP32 .*: ([\d.]+)\)", out).groups()
+    found = re.search(r"through Triton .*: mAP@0.5:0.95 ([\d.]+) \(FP32 .*: ([\d.]+)\)", out)
+    assert found is not None, out
+    served, local = found.groups()
     assert float(local) > 0.3
     assert served == local

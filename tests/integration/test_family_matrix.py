@@ -23,12 +23,14 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import onnx
 import pytest
 
 from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import Target
 from generator.builder.stages.precision.tensorrt_compat import find_incompatibilities
 from generator.errors import GeneratorError, ModelInspectionError
 from generator.evaluation.reference import ReferencePipeline
@@ -47,8 +49,14 @@ SCENE_SIZES = ((640, 480), (1280, 720), (480, 640))
 BOX_TOLERANCE_PX, SCORE_TOLERANCE = 1e-3, 1e-4
 
 
+class Workspace(TypedDict):
+    root: Path
+    calib: Path  # the calibration images
+    precision: matrix.SharedPrecision
+
+
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     root = tmp_path_factory.mktemp("families")
     return {"root": root, "calib": matrix.write_calibration_images(root / "calib"),
             "precision": matrix.SharedPrecision()}
@@ -64,12 +72,12 @@ def _served_graph(repository: Path) -> Path:
     return path
 
 
-def _build_cell(onnx_path: Path, key: str, family: str, mode: str, precision: str, target: str,
-                workspace: dict[str, object]) -> tuple[matrix.Cell, Path | None]:
+def _build_cell(onnx_path: Path, key: str, family: str, mode: str, precision: str, target: Target,
+                workspace: Workspace) -> tuple[matrix.Cell, Path | None]:
     cell = matrix.Cell()
-    output = Path(workspace["root"]) / "repos" / matrix.model_name(family, mode, precision, target)  # type: ignore[arg-type]
-    build = matrix.options(family, mode, precision, target, workspace["calib"])  # type: ignore[arg-type]
-    shared: matrix.SharedPrecision = workspace["precision"]  # type: ignore[assignment]
+    output = Path(workspace["root"]) / "repos" / matrix.model_name(family, mode, precision, target)
+    build = matrix.options(family, mode, precision, target, workspace["calib"])
+    shared: matrix.SharedPrecision = workspace["precision"]
     try:
         result = build_repository(onnx_path, output, build, precision_transform=shared.transform(key))
     except GeneratorError as exc:
@@ -126,7 +134,7 @@ def test_family_builds_everywhere_and_serves_what_onnxruntime_computes(family: s
     refused = {k: c.refused for k, c in CELLS.items() if k[0] == family and c.refused}
     unclean = [k for k, c in CELLS.items() if k[0] == family and c.built and not c.parser_clean]
     repositories = list(embedded.values())
-    log = Path(workspace["root"]) / f"{family}-tritonserver.log"  # type: ignore[arg-type]
+    log = Path(workspace["root"]) / f"{family}-tritonserver.log"
     server = EmbeddedServer(repositories[0], free_port(), free_port(), free_port(), log_file=log,
                             extra_args=tuple(f"--model-repository={r}" for r in repositories[1:]))
     scenes = _scenes()

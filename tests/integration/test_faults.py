@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -303,7 +304,7 @@ def fragile(demo_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def test_hanging_step_ends_at_the_client_deadline(fragile: EmbeddedServer, image: bytes, mode: str,
                                                   protocol: str) -> None:
     url = f"{protocol}://{fragile.grpc_url if protocol == 'grpc' else fragile.http_url}"
-    kwargs = {"model": "hang", "timeout_s": 1.0, "retry": RECONNECT}  # patient retries: a timeout is not retried
+    kwargs: dict[str, Any] = {"model": "hang", "timeout_s": 1.0, "retry": RECONNECT}  # patient retries: a timeout is not retried
     start = time.monotonic()
     with pytest.raises(ClientTimeoutError, match="within 1 s"):
         if mode == "sync":

@@ -55,7 +55,7 @@ gpu_only = pytest.mark.skipif(bool(NO_CUDA), reason=f"needs a CUDA GPU with onnx
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     root = tmp_path_factory.mktemp("gpu_detector")
     build_repository(DEMO_ONNX, root / "cpu_pre", BuildOptions(name="gpu_det", device="gpu"))
-    extra = ()
+    extra: tuple[str, ...] = ()
     if not GPU_PREPROCESS_MISSING:
         build_repository(DEMO_ONNX, root / "gpu_pre", BuildOptions(name="gpu_all", device="gpu",
                                                                    preprocess_device="gpu"))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from generator.builder.pipeline import build_repository
-from generator.builder.spec.options import BuildOptions, GateOptions, PrecisionOptions
+from generator.builder.spec.options import BuildOptions, GateOptions, Precision, PrecisionOptions
 from generator.cli import main
 from generator.evaluation.reference import ReferencePipeline
 from generator.model.onnx_inspect import inspect_onnx
@@ -25,13 +25,13 @@ from tests.integration.helpers import assert_matches_reference, infer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PRECISIONS = ("fp16", "int8")
+PRECISIONS: tuple[Precision, ...] = ("fp16", "int8")
 
 
 @pytest.fixture(scope="module")
 def precision_repositories(tmp_path_factory, demo_onnx) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("precision")
-    repositories = {}
+    repositories: dict[str, Path] = {}
     for precision in PRECISIONS:
         repositories[precision] = root / precision
         build_repository(

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -225,7 +226,7 @@ def test_the_watch_after_a_promotion_moves_the_alias_back_when_the_answers_degra
     watched = dataclasses.replace(settings(repository, serve), watch_s=WINDOW_S)
     with SteadyLoad(serve.grpc_url, repository / ROUTE_NAME, scenes) as load:
         time.sleep(1.0)
-        done: dict[str, object] = {}
+        done: dict[str, Any] = {}
         thread = threading.Thread(target=lambda: done.update(rollout(watched)))
         thread.start()
         while thread.is_alive() and _phase(repository) != "watching":
@@ -234,8 +235,8 @@ def test_the_watch_after_a_promotion_moves_the_alias_back_when_the_answers_degra
         thread.join(timeout=300)
     watch = done["watch"]
     print(f"\nwatch: {watch['action']} (failed {watch['failed']}), {load.answered} requests answered {load.counts}")
-    assert done["action"] == "rollback_after_promotion" and watch["action"] == "rollback"  # type: ignore[index]
-    assert "empty_share" in watch["failed"]  # type: ignore[index]
+    assert done["action"] == "rollback_after_promotion" and watch["action"] == "rollback"
+    assert "empty_share" in watch["failed"]
     assert load.errors == [], load.errors[:5]
     index = read_index(repository)
     assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"

@@ -117,7 +117,7 @@ def test_a_camera_that_disappears_is_reopened_with_backoff(triton_server, rtsp):
     assert len(answers) >= before + 10, f"no frames after the camera came back ({len(answers) - before})"
     thread.join(timeout=40)
     assert "error" not in box, box.get("error")
-    (summary,) = box["result"]  # type: ignore[misc]
+    (summary,) = box["result"]
     assert summary["reconnects"] >= 1 and summary["source_errors"] >= 1, summary
     assert summary["failed"] == 0, summary
     indices = [a.frame.index for a in answers]

@@ -8,7 +8,7 @@ NMS step's image count has caught up.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -88,7 +88,7 @@ def settled(read: Callable[[], Values], quiet_s: float = 2.5, timeout_s: float =
     raise AssertionError(f"the step's series kept changing for {timeout_s:g} s with no traffic from this test")
 
 
-def expected_histogram(name: str, values: list[float], bounds: tuple[float, ...]) -> Values:
+def expected_histogram(name: str, values: Sequence[float], bounds: tuple[float, ...]) -> Values:
     data = np.asarray(values, dtype=np.float64)
     expected: Values = {(f"{name}_bucket", (("le", bucket_label(b)),)): float((data <= b).sum())
                         for b in (*bounds, float("inf"))}
@@ -135,9 +135,9 @@ def test_preprocess_step_counts_every_image_and_each_rejection_by_reason(triton_
     infer(triton_server, triton_server.model_name, [scene_bytes(7, 320, 240)] * 2)
 
     total = len(REASON_OF) + 2
-    targets = {(IMAGES_METRIC, ()): total,
-                **{(REJECTED_METRIC, (("reason", r),)): float(list(REASON_OF.values()).count(r))
-                   for r in REJECTION_REASONS}}
+    targets: Values = {(IMAGES_METRIC, ()): total,
+                        **{(REJECTED_METRIC, (("reason", r),)): float(list(REASON_OF.values()).count(r))
+                           for r in REJECTION_REASONS}}
     after = wait_for(lambda: quality_values(triton_server.metrics_url, pre),
                      {k: before.get(k, 0.0) + v for k, v in targets.items()})
     got = delta(after, before)

@@ -16,7 +16,7 @@ def test_theil_sen_recovers_the_slope_through_spikes_that_tilt_least_squares():
     y[-5:] += 300.0  # a burst at the end (a batch of huge images) is not a leak
     ordinary = float(np.polyfit(t, y, 1)[0])
     assert ordinary > 0.05
-    assert theil_sen_slope(t, y) == pytest.approx(0.01, rel=1e-6)
+    assert theil_sen_slope(t.tolist(), y.tolist()) == pytest.approx(0.01, rel=1e-6)
 
 
 def test_growth_leaves_the_warm_up_out_and_reports_per_hour():

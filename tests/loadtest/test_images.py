@@ -17,7 +17,11 @@ def test_parse_sizes_names_and_numbers():
 
 def test_synthetic_images_are_jpegs_of_the_asked_sizes_interleaved():
     images = synthetic_images([(320, 240), (256, 512)], per_size=2, seed=1)
-    shapes = [cv2.imdecode(np.frombuffer(i, np.uint8), cv2.IMREAD_COLOR).shape[:2] for i in images]
+    shapes = []
+    for i in images:
+        decoded = cv2.imdecode(np.frombuffer(i, np.uint8), cv2.IMREAD_COLOR)
+        assert decoded is not None
+        shapes.append(decoded.shape[:2])
     assert shapes == [(240, 320), (512, 256), (240, 320), (512, 256)]
     assert all(i[:2] == b"\xff\xd8" for i in images)
     assert synthetic_images([(320, 240)], per_size=1, seed=1) == images[:1]  # seeded: reproducible

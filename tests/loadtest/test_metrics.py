@@ -69,6 +69,7 @@ def test_deltas_between_real_scrapes(before_text, after_text):
         assert s.avg_batch == pytest.approx(infers / execs, abs=0.01)
         assert s.queue_us == pytest.approx(queue / ok, abs=0.1)
     # The ensemble's end-to-end server time covers the composing steps.
+    assert stages["yolo"].request_us is not None and stages["yolo_detector"].compute_infer_us is not None
     assert stages["yolo"].request_us >= stages["yolo_detector"].compute_infer_us
 
 

@@ -31,6 +31,7 @@ def test_parse_real_csv_and_request_counts():
         assert point.p50_ms == pytest.approx(float(row[9]) / 1000, abs=0.01)
         assert point.p95_ms == pytest.approx(float(row[11]) / 1000, abs=0.01)
         assert point.requests == 6  # from the text output: the run used --request-count 6
+        assert point.p50_ms is not None and point.p95_ms is not None and point.p99_ms is not None
         assert point.p50_ms <= point.p95_ms <= point.p99_ms
         # The average is the sum of perf_analyzer's stacked latency components.
         assert point.avg_ms == pytest.approx(sum(float(v) for v in row[2:9]) / 1000, abs=0.01)

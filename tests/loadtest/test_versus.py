@@ -8,6 +8,7 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -43,13 +44,13 @@ def sleeper(ms: float, lock: bool = False):
 
 
 @pytest.fixture(scope="module")
-def result() -> dict[str, object]:
+def result() -> dict[str, Any]:
     # Served: 10 ms a frame, streams in parallel; reference: 10 ms a frame, one at a time.
     sides = [Side(SERVED, sleeper(10), process_cpu_s), Side(REFERENCE, sleeper(10, lock=True), process_cpu_s)]
     return run_rounds(sides, [b"x"], VersusSettings(streams=(1, 4), rounds=2, window_s=0.3))
 
 
-def test_rounds_alternate_and_ratios_are_taken_within_each(result: dict[str, object]) -> None:
+def test_rounds_alternate_and_ratios_are_taken_within_each(result: dict[str, Any]) -> None:
     rounds = result["rounds"]
     assert [r["order"] for r in rounds] == [[SERVED, REFERENCE], [REFERENCE, SERVED]]
     for r in rounds:
@@ -73,18 +74,20 @@ def test_goals_are_the_issues_thresholds() -> None:
     assert goals({"rps_4": spread(1.5), "p95_4": spread(1.01)})["streams_4"]["met"] is False
 
 
-def test_report_and_plot_for_one_machine_and_for_a_core_sweep(result: dict[str, object], tmp_path: Path) -> None:
+def test_report_and_plot_for_one_machine_and_for_a_core_sweep(result: dict[str, Any], tmp_path: Path) -> None:
     one = {"label": "t", "started": "now", "cores": 2, "machine": {"cpu_model": "cpu", "usable_cores": 2},
            "images": {"count": 1, "avg_bytes": 1}, "ultralytics": {"absent": "ultralytics is not installed"},
            "reference": {"onnx": "m.onnx", "session": "defaults", "decode": "full"}, **result}
     lines = report_lines(one)
     assert any(line.startswith("| 2 | 4 | images/s |") for line in lines)
     assert "Ultralytics column absent: ultralytics is not installed." in lines
-    assert write_plot(one, tmp_path / "one.png").stat().st_size > 1000
+    plot = write_plot(one, tmp_path / "one.png")
+    assert plot is not None and plot.stat().st_size > 1000
     sweep = {"label": "t", "machine": one["machine"], "per_core": {"1": {**one, "cores": 1}, "2": one}}
     assert [line.split("|")[1].strip() for line in report_lines(sweep) if line.startswith("| 1 |")
             or line.startswith("| 2 |")] == ["1", "1", "2", "2"]
-    assert write_plot(sweep, tmp_path / "sweep.png").stat().st_size > 1000
+    plot = write_plot(sweep, tmp_path / "sweep.png")
+    assert plot is not None and plot.stat().st_size > 1000
 
 
 def test_the_in_process_reference_detects_like_the_project_does() -> None:

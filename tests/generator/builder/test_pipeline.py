@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -140,7 +141,8 @@ def test_no_reduce_head_serves_the_full_head(onnx_path: Path, tmp_path: Path) ->
 
 @pytest.mark.parametrize("head", ["v5", "end2end"])
 def test_other_heads_are_served_as_exported(head: str, tmp_path: Path) -> None:
-    metadata = ultralytics_metadata(names=("a", "b"), **({"end2end": "True"} if head == "end2end" else {}))
+    extra: dict[str, Any] = {"end2end": "True"} if head == "end2end" else {}
+    metadata = ultralytics_metadata(names=("a", "b"), **extra)
     path = save(make_detector(head, metadata=metadata, seed=2), tmp_path / f"{head}.onnx")
     build_repository(path, tmp_path / "repo", BuildOptions())
     images = np.random.default_rng(2).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)

@@ -173,8 +173,8 @@ def test_check_needs_only_the_standard_library(detector_onnx, tmp_path):
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1, done.stderr
     assert f"run: python -m generator plan {repo}" in done.stderr and "Traceback" not in done.stderr
-    done = subprocess.run([sys.executable, "-S", "-c", "import onnx"], env=env, capture_output=True, check=False)
-    assert done.returncode != 0  # the check above really ran without third-party packages
+    bare = subprocess.run([sys.executable, "-S", "-c", "import onnx"], env=env, capture_output=True, check=False)
+    assert bare.returncode != 0  # the check above really ran without third-party packages
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ def test_without_tensorrt_it_says_what_is_missing_and_exits_1(tmp_path: Path, ca
     assert main(["selftest", "--workdir", str(tmp_path / "work")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: the selftest needs TensorRT, an NVIDIA GPU and Triton")
-    assert tensorrt_problem() in err  # type: ignore[operator]
+    assert tensorrt_problem() in err
     assert "no NVIDIA GPU is visible" in err
     assert not (tmp_path / "work").exists()  # nothing was built
 

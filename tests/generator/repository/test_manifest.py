@@ -1,5 +1,6 @@
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def _repository(root):
 
 
 def _plan(**kwargs):
-    values = {
+    values: dict[str, Any] = {
         "plan_file": "yolo_detector/1/model.plan",
         "tensorrt_version": "10.3.0.26",
         "cuda_version": "12.6",

@@ -117,7 +117,7 @@ def test_uses_only_the_standard_library() -> None:
         roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert roots - {"__future__", "pynvml"} - allowed <= set(sys.stdlib_module_names), module.__name__
-        assert all((n.module if isinstance(n, ast.ImportFrom) else n.names[0].name).split(".")[0]
+        assert all(((n.module or "") if isinstance(n, ast.ImportFrom) else n.names[0].name).split(".")[0]
                    in {*sys.stdlib_module_names, "__future__"} for n in top), module.__name__
 
 
@@ -273,6 +273,7 @@ def test_supervise_gives_up_when_never_healthy(standin: Standin) -> None:
     standin.set("broken")
     process = supervise(standin, "--grace-s", "5", "--start-timeout-s", "1.5")
     assert process.wait(30) == 1
+    assert process.stderr is not None
     assert "Triton did not become healthy: not healthy 1.5 s after start" in (process.stderr.read() or "")
 
 

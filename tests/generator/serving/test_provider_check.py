@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from generator.builder.pipeline import build_repository
-from generator.builder.spec.options import BuildOptions, GateOptions, PrecisionOptions
+from generator.builder.spec.options import BuildOptions, GateOptions, Precision, PrecisionOptions
 from generator.serving.provider_check import (
     CHECK_FILE,
     ProviderDisagreement,
@@ -28,7 +28,7 @@ from tests.fixtures.ultralytics import load
 from tests.integration.family_matrix import write_calibration_images
 
 
-def _build(tmp: Path, precision: str) -> Path:
+def _build(tmp: Path, precision: Precision) -> Path:
     import onnx
 
     source = tmp / "yolo11.onnx"
@@ -45,7 +45,8 @@ def _build(tmp: Path, precision: str) -> Path:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("provider")
-    return {precision: _build(tmp, precision) for precision in ("fp32", "int8")}
+    precisions: tuple[Precision, ...] = ("fp32", "int8")
+    return {precision: _build(tmp, precision) for precision in precisions}
 
 
 def nudged(runner: OnnxRunner) -> Any:

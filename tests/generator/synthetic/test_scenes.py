@@ -95,8 +95,10 @@ def test_encode_round_trips_rgb() -> None:
     scene = _scenes(5, 1)[0]
     for fmt in (".png", ".bmp"):
         decoded = cv2.imdecode(np.frombuffer(encode(scene.image, fmt), np.uint8), cv2.IMREAD_COLOR)
+        assert decoded is not None
         assert np.array_equal(decoded[..., ::-1], scene.image)
     jpeg = cv2.imdecode(np.frombuffer(encode(scene.image, ".jpg", 95), np.uint8), cv2.IMREAD_COLOR)
+    assert jpeg is not None
     assert np.abs(jpeg[..., ::-1].astype(int) - scene.image).mean() < 12
 
 

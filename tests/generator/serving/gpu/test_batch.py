@@ -6,6 +6,8 @@ path with reduced decode off exactly: order, slots, errors, letterbox parameters
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,7 @@ from generator.serving.gpu.batch import (
     to_float_nchw,
     triage,
 )
+from generator.serving.gpu.decode import DecodedImage
 from generator.serving.gpu.routing import gpu_decodable
 from generator.serving.images import DEFAULT_LIMITS, check_header
 from tests.fixtures.image_corpus import bad_images, encode, scene, with_exif, zoo
@@ -99,7 +102,7 @@ def test_a_decoder_ignoring_exif_is_caught_by_the_size_check() -> None:
 def test_a_decoder_exception_sends_the_batch_to_the_cpu_path() -> None:
     parts = host_parts()
 
-    def broken(encoded: object, stream: int) -> list[None]:
+    def broken(encoded: Sequence[bytes], stream: int) -> list[DecodedImage | None]:
         raise RuntimeError("nvJPEG: CUDA out of memory")
 
     parts = DeviceParts(broken, parts.letterbox, parts.xp, parts.stream)

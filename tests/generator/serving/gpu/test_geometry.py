@@ -47,7 +47,11 @@ def test_resize_reference_on_random_sizes() -> None:
     rng = np.random.default_rng(7)
     for i in range(200):
         height, width = (int(v) for v in rng.integers(1, 700, 2))
-        out = (max(1, width // 2), max(1, height // 2)) if i % 5 == 0 else tuple(int(v) for v in rng.integers(1, 700, 2))
+        if i % 5 == 0:
+            out = (max(1, width // 2), max(1, height // 2))
+        else:
+            out_width, out_height = (int(v) for v in rng.integers(1, 700, 2))
+            out = (out_width, out_height)
         image = random_image(height, width, i)
         expected = cv2.resize(image, out, interpolation=cv2.INTER_LINEAR)
         np.testing.assert_array_equal(resize_reference(image, out), expected, err_msg=f"{width}x{height} -> {out}")

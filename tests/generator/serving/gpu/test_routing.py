@@ -66,6 +66,7 @@ def test_exif_orientation_and_upright_size(orientation: int) -> None:
     expected = (48, 64) if orientation >= 5 else (64, 48)
     assert upright_size(read_header(data), data) == expected
     image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    assert image is not None
     assert (image.shape[1], image.shape[0]) == expected  # what OpenCV does
 
 

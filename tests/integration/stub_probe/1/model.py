@@ -4,8 +4,11 @@ A BYTES input is what kills the Triton 2.51 stub under numpy 2; the BYTES output
 pb_utils.Tensor, which arrives empty there.
 """
 
+from __future__ import annotations
+
 import json
 import sys
+from typing import Any
 
 import cv2
 import numpy as np
@@ -14,7 +17,7 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
             received = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()

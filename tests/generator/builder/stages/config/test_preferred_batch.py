@@ -9,7 +9,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.pipeline import build_repository
-from generator.builder.spec.options import BuildOptions
+from generator.builder.spec.options import BuildOptions, Target
 from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
 
 
@@ -18,7 +18,7 @@ from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadat
     ("batch", "embedded", []),
     (1, "onnxruntime", []),  # Triton's ONNX Runtime backend serves a static export without batching
 ])
-def test_preferred_batch_size(tmp_path: Path, batch: int | str, target: str, preferred: list[int]) -> None:
+def test_preferred_batch_size(tmp_path: Path, batch: int | str, target: Target, preferred: list[int]) -> None:
     onnx_path = save(make_detector("v8", num_classes=3, batch=batch,
                                    metadata=ultralytics_metadata(names=("a", "b", "c")), seed=3),
                      tmp_path / "m.onnx")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import pytest
@@ -12,7 +13,7 @@ from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.pipeline import build_repository, step_parameters
-from generator.builder.spec.options import BuildOptions, ImageLimitOptions, TensorRTOptions
+from generator.builder.spec.options import BuildOptions, ImageLimitOptions, Precision, Target, TensorRTOptions
 from generator.builder.stages.admission import build_admission
 from generator.builder.stages.config.detector_io import declared_io, detector_io
 from generator.builder.stages.config.load_rules import check_ensemble_wiring
@@ -86,7 +87,7 @@ def test_nms_golden_per_head_layout(layout: str) -> None:
 
 # Real builds of a small factory detector: the configs Triton will parse for each target, byte for byte.
 # The service time is given: measured, it would size the queues differently on every run.
-BUILDS = {
+BUILDS: dict[str, tuple[dict[str, Any], BuildOptions]] = {
     "onnxruntime_cpu": ({}, BuildOptions(target="onnxruntime", max_batch=4, max_detections=10, service_ms=100)),
     "onnxruntime_gpu": ({}, BuildOptions(target="onnxruntime", device="gpu", ort_tensorrt=True, precision="fp32",
                                          max_batch=4, max_detections=10, service_ms=100)),
@@ -135,7 +136,7 @@ def test_every_golden_parses_with_the_triton_proto() -> None:
 
 
 @pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
-def test_every_target_parses_with_the_triton_proto(target: str) -> None:
+def test_every_target_parses_with_the_triton_proto(target: Target) -> None:
     models = render_models(served(), BuildOptions(target=target), EXTRA)
     for name, rendered in models.items():
         assert rendered.config.name == name
@@ -168,7 +169,7 @@ def test_detector_instances_run_on_the_targets_device(options: BuildOptions, kin
 
 
 @pytest.mark.parametrize(("precision", "mode"), [("fp32", "FP32"), ("fp16", "FP16"), ("int8", "INT8")])
-def test_ort_tensorrt_accelerator_takes_the_graphs_precision(precision: str, mode: str) -> None:
+def test_ort_tensorrt_accelerator_takes_the_graphs_precision(precision: Precision, mode: str) -> None:
     options = BuildOptions(target="onnxruntime", device="gpu", ort_tensorrt=True, precision=precision,
                            max_batch=6)
     detector = configs(render_models(served(), options, EXTRA))["yolo_detector"]
@@ -203,7 +204,7 @@ def test_config_values_follow_the_options() -> None:
 
 
 @pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
-def test_every_step_sheds_overload_and_lets_probes_overtake(target: str) -> None:
+def test_every_step_sheds_overload_and_lets_probes_overtake(target: Target) -> None:
     options = BuildOptions(target=target, max_queue_ms=200)
     admission = build_admission(options, ServiceTime(batch=8, batch_ms=40.0, source="test"))
     models = configs(render_models(served(), options, EXTRA, admission=admission))
@@ -259,7 +260,7 @@ def test_class_names_survive_pbtxt_and_json_escaping() -> None:
 
 @pytest.mark.parametrize("target", ["embedded", "onnxruntime", "tensorrt"])
 @pytest.mark.parametrize("tensor", ['out"put', "a\\x41", "onnx::Concat_7", "model/head:0"])
-def test_onnx_tensor_names_reach_the_config_unchanged(target: str, tensor: str) -> None:
+def test_onnx_tensor_names_reach_the_config_unchanged(target: Target, tensor: str) -> None:
     # ONNX allows any string as a tensor name; pbtxt escapes must not change it ("a\x41" is not "aA").
     info = served()
     info = DetectorInfo(**{**info.__dict__, "output": TensorInfo(tensor, TensorProto.FLOAT, ("batch", 6, 64)),
@@ -427,7 +428,7 @@ def test_unknown_composing_model(good: tuple[mc.ModelConfig, dict[str, mc.ModelC
 
 
 @pytest.mark.parametrize("target", ["embedded", "onnxruntime"])
-def test_both_gpu_detectors_get_the_one_set_of_cuda_settings(target: str) -> None:
+def test_both_gpu_detectors_get_the_one_set_of_cuda_settings(target: Target) -> None:
     """The embedded detector reads them from its parameters, Triton's backend from the cuda accelerator and,
     because it resets them from any parameters a config has, the legacy parameters too."""
     from generator.serving.cuda_provider import SETTINGS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -22,11 +23,12 @@ DEFERRED = TensorRTOptions(defer_plan=True)
 
 
 def build(tmp_path: Path, head: str = "v8", size: tuple[int | str, int | str] = (64, 64),
-          **options: object) -> dict[str, object]:
-    metadata = ultralytics_metadata(names=("a", "b", "c"), **({"end2end": "True"} if head == "end2end" else {}))
+          **options: Any) -> dict[str, object]:
+    extra: dict[str, Any] = {"end2end": "True"} if head == "end2end" else {}
+    metadata = ultralytics_metadata(names=("a", "b", "c"), **extra)
     model = make_detector(head, num_classes=3, size=size, metadata=metadata, seed=2)
     onnx_path = save(model, tmp_path / f"{head}.onnx")
-    repo = build_repository(onnx_path, tmp_path / "repo", BuildOptions(service_ms=50.0, **options))  # type: ignore[arg-type]
+    repo = build_repository(onnx_path, tmp_path / "repo", BuildOptions(service_ms=50.0, **options))
     detector = json.loads((repo.output / "manifest.json").read_text())["detector"]
     nms = text_format.Parse((repo.output / "yolo_nms" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert (nms.parameters["layout"].string_value == GRAPH_NMS_LAYOUT) == detector["nms_in_graph"]
@@ -47,7 +49,7 @@ def test_tensorrt_runs_nms_in_the_graph_by_default(tmp_path: Path, head: str) ->
     ({"target": "tensorrt", "tensorrt": DEFERRED, "python_nms": True}, "--python-nms"),
     ({"target": "tensorrt", "tensorrt": DEFERRED, "max_detections": 5000}, "TopK limit"),
 ])
-def test_elsewhere_the_python_step_keeps_it_and_the_manifest_says_why(tmp_path: Path, options: dict[str, object],
+def test_elsewhere_the_python_step_keeps_it_and_the_manifest_says_why(tmp_path: Path, options: dict[str, Any],
                                                                       reason: str) -> None:
     detector = build(tmp_path, **options)
     assert detector["nms_in_graph"] is False and reason in str(detector["nms_placement"])

@@ -13,7 +13,7 @@ def test_missing_tensorrt_gives_an_actionable_error():
     with pytest.raises(TensorRTUnavailableError) as caught:
         require_tensorrt_and_gpu()
     message = str(caught.value)
-    assert TENSORRT_PROBLEM in message
+    assert TENSORRT_PROBLEM is not None and TENSORRT_PROBLEM in message
     assert "pip install tensorrt" in message and "pypi.nvidia.com" in message
     assert "NGC TensorRT container" in message and "nvcr.io/nvidia/tensorrt" in message
     assert "NVIDIA GPU and driver" in message

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -20,7 +21,7 @@ from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.pipeline import build_repository
-from generator.builder.spec.options import BuildOptions, TensorRTOptions
+from generator.builder.spec.options import BuildOptions, NormaliseIn, TensorRTOptions
 from generator.builder.stages.config.load_rules import repository_violations
 from generator.builder.stages.graph.nms import NMS_OUTPUT
 from generator.builder.stages.graph.prefix import SERVED_INPUT
@@ -41,17 +42,18 @@ def config(repo: Path, model: str) -> mc.ModelConfig:
     return text_format.Parse((repo / model / "config.pbtxt").read_text(), mc.ModelConfig())
 
 
-def detector_model(tmp_path: Path, head: str = "v8", classes: int = 3, **kwargs: object) -> Path:
+def detector_model(tmp_path: Path, head: str = "v8", classes: int = 3, **kwargs: Any) -> Path:
     names = tuple("abcdefgh"[:classes])
-    metadata = ultralytics_metadata(names=names, **({"end2end": "True"} if head == "end2end" else {}))
-    return save(make_detector(head, num_classes=classes, metadata=metadata, seed=5, **kwargs),  # type: ignore[arg-type]
+    extra: dict[str, Any] = {"end2end": "True"} if head == "end2end" else {}
+    metadata = ultralytics_metadata(names=names, **extra)
+    return save(make_detector(head, num_classes=classes, metadata=metadata, seed=5, **kwargs),
                 tmp_path / f"{head}.onnx")
 
 
 # (input name, dtype, per-image dims, output name, dims) for each served input and head. NMS runs in the graph by
 # default on TensorRT (generator.builder.stages.graph.placement): padded [max_det, 6] rows out; --python-nms keeps the head.
 DETECTIONS = (NMS_OUTPUT, (100, 6))
-CASES = {
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, str, tuple[int, ...]], tuple[str, tuple[int, ...]]]] = {
     "graph, reduced v8 head": ({}, {}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), DETECTIONS),
     "graph, full v8 head": ({}, {"reduce_head": False}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), DETECTIONS),
     "graph, v5 head": ({"head": "v5"}, {}, (SERVED_INPUT, "TYPE_UINT8", (64, 64, 3)), DETECTIONS),
@@ -97,12 +99,12 @@ def test_plan_inputs_follow_the_served_graph(case: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("normalise_in", ["graph", "preprocess"])
-def test_warmup_is_a_letterboxed_image_as_the_detector_receives_it(normalise_in: str, tmp_path: Path) -> None:
+def test_warmup_is_a_letterboxed_image_as_the_detector_receives_it(normalise_in: NormaliseIn, tmp_path: Path) -> None:
     repo = build_repository(detector_model(tmp_path), tmp_path / "repo",
                             BuildOptions(target="tensorrt", normalise_in=normalise_in)).output
     data = (repo / "yolo_detector" / "warmup" / "real_image").read_bytes()
     if normalise_in == "graph":
-        image = np.frombuffer(data, np.uint8).reshape(64, 64, 3)
+        image: np.ndarray = np.frombuffer(data, np.uint8).reshape(64, 64, 3)
         padding = image[:14]  # a 1280x720 scene letterboxed into 64x64: 14 rows of fill 114 on top
         assert (padding == 114).all() and image[14:50].std() > 0
     else:
