@@ -188,7 +188,25 @@ def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str
     if options.target == "embedded":
         extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_thread_setting),
                              **({"spin_wait": "true"} if options.detector_spinning else {})}
+    elif options.target == "onnxruntime":
+        extra["detector"] = onnxruntime_thread_parameters(options)
     return extra
+
+
+def onnxruntime_thread_parameters(options: BuildOptions) -> dict[str, str]:
+    """Triton's ONNX Runtime backend: ``--detector-threads`` as its ``intra_op_thread_count`` per instance.
+
+    Without it the backend leaves ONNX Runtime's default, every physical core of the host for each instance's
+    session (a container's CPU limit unseen): several CPU instances then run that many threads each at once.
+    The build cannot know the serving host's cores, so it says so instead of guessing.
+    """
+    if options.detector_threads > 0:
+        return {"intra_op_thread_count": str(options.detector_threads)}
+    if options.detector_device == "cpu" and options.detector_instances > 1:
+        logger.warning("%d ONNX Runtime detector instances on the CPU each take every core of the host: pass "
+                       "--detector-threads (the serving host's cores / %d) so they do not oversubscribe it",
+                       options.detector_instances, options.detector_instances)
+    return {}
 
 
 def rebuild_words(onnx_path: Path, output: Path, options: BuildOptions) -> list[str]:

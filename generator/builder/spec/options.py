@@ -218,11 +218,14 @@ class BuildOptions:
     instances: tuple[int, int, int] | None = option(
         None, "--instances", "instance counts of preprocess, detector, nms (default: 1 2 1; 1 1 1 for --target "
         "onnxruntime on the CPU)", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
-    # Embedded detector: ONNX Runtime intra-op threads per instance; 0: every core for each of the default two
+    # ONNX Runtime intra-op threads per detector instance. Embedded, 0: every core for each of the default two
     # instances (their sessions do not spin: two at once share the cores), cores / instances with --instances.
-    detector_threads: int = option(0, "--detector-threads", "ONNX Runtime intra-op threads per embedded "
-                                   "detector instance (0: every core for each of the default instances; the "
-                                   "host's cores divided by the detector instances with --instances)",
+    # --target onnxruntime: the backend's intra_op_thread_count (pipeline.onnxruntime_thread_parameters).
+    detector_threads: int = option(0, "--detector-threads", "ONNX Runtime intra-op threads per detector "
+                                   "instance (embedded, 0: every core for each of the default instances, the "
+                                   "host's cores divided by the detector instances with --instances; --target "
+                                   "onnxruntime: the backend's intra_op_thread_count, 0: ONNX Runtime's default, "
+                                   "every physical core of the host per instance)",
                                    low=0, high=1024)
     # Off: spinning workers burn the cores the Python steps need and lose their time slices on a shared machine
     # (docs/PERFORMANCE.md); on: ONNX Runtime's own default, a few percent faster on a host the detector has to itself.

@@ -13,7 +13,14 @@ from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.pipeline import build_repository, step_parameters
-from generator.builder.spec.options import BuildOptions, ImageLimitOptions, Precision, Target, TensorRTOptions
+from generator.builder.spec.options import (
+    BuildOptions,
+    Device,
+    ImageLimitOptions,
+    Precision,
+    Target,
+    TensorRTOptions,
+)
 from generator.builder.stages.admission import build_admission
 from generator.builder.stages.config.detector_io import declared_io, detector_io
 from generator.builder.stages.config.load_rules import check_ensemble_wiring
@@ -450,3 +457,25 @@ def test_cpu_detectors_carry_no_cuda_settings() -> None:
     for options in (BuildOptions(), BuildOptions(target="onnxruntime")):
         detector = configs(render_models(served(), options, step_parameters(options, "output0")))["yolo_detector"]
         assert not {"detector_device", "cudnn_conv_algo_search", "FORCE_CPU_ONLY_INPUT_TENSORS"} & set(detector.parameters)
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_detector_threads_reach_triton_onnxruntime_backend_as_its_intra_op_thread_count(device: Device) -> None:
+    """onnxruntime_backend src/onnxruntime.cc reads the string parameter ``intra_op_thread_count`` (0 or absent:
+    ONNX Runtime's default, every physical core of the host per instance's session)."""
+    options = BuildOptions(target="onnxruntime", device=device, instances=(1, 4, 1), detector_threads=3)
+    detector = configs(render_models(served(), options, step_parameters(options, "output0")))["yolo_detector"]
+    assert detector.parameters["intra_op_thread_count"].string_value == "3"
+    assert detector.instance_group[0].count == 4
+
+
+def test_several_cpu_onnxruntime_instances_without_a_thread_count_are_warned_about(
+        caplog: pytest.LogCaptureFixture) -> None:
+    quiet = BuildOptions(target="onnxruntime")  # the CPU default: one instance, ONNX Runtime's own thread count
+    several = BuildOptions(target="onnxruntime", instances=(1, 4, 1))
+    for options in (quiet, several):
+        detector = configs(render_models(served(), options, step_parameters(options, "output0")))["yolo_detector"]
+        assert "intra_op_thread_count" not in detector.parameters
+    assert [r.getMessage() for r in caplog.records] == [
+        "4 ONNX Runtime detector instances on the CPU each take every core of the host: pass --detector-threads "
+        "(the serving host's cores / 4) so they do not oversubscribe it"]
