@@ -69,6 +69,8 @@ def test_the_fleet_rollout_promotes_on_every_server_and_the_rollback_reaches_eve
         started = time.monotonic()
         record = rollout(settings)
         promoted_s = time.monotonic() - started
+        # Here, not after the manual rollback below, which has nothing to undo if the candidate was rolled back.
+        assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
         after_promotion = [_one(s).loaded() for s in servers]
         time.sleep(1.0)
         manual = rollback(repository, fleet)
