@@ -14,6 +14,9 @@ sheds load itself:
   batch for that step, so this backstop answers later than a full queue does. Each step bounds only its own
   wait: when overload slows every step at once (a CPU host that also runs the clients), an accepted request
   waits in more than one queue, and its total wait can pass the budget (the live stack's 10x test prints it).
+  A client's own ``timeout`` does not close that gap: the ensemble copies it unchanged to every step's request
+  (core ensemble_scheduler.cc), and each step's queue starts its clock at its own enqueue (core
+  scheduler_utils.cc, PolicyQueue::Enqueue). Only a share of the budget per step would bound the total.
 - ``priority_levels: 2`` with ``default_priority_level: 2``: user requests land in level 2; health and
   readiness probes send priority 1 and overtake them in every step's queue (the ensemble passes a
   request's priority on to each step). Level 1 has its own queue of the same size and no timeout: a
