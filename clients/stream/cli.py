@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.errors import ClientError
+from clients.stream.camera_tls import CameraTls, is_rtsps
 from clients.stream.decode import DecodeOptions
 from clients.stream.reader import ReaderSettings
 from clients.stream.runner import Sink, StreamSettings, run_streams
@@ -81,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="longest pause between reopenings (from 0.5 s, doubling; default: %(default)s)")
     source.add_argument("--max-reconnects", type=int, metavar="N", help="give a source up after N reopenings "
                         "(default: never)")
+    source.add_argument("--rtsps-ca", type=Path, metavar="PEM",
+                        help="CA certificate(s) that signed the cameras' rtsps:// certificates (default: the system's)")
+    source.add_argument("--rtsps-insecure", action="store_true",
+                        help="accept any rtsps:// certificate (encrypted, not authenticated: FFmpeg verifies none)")
     source.add_argument("--hwaccel", metavar="DEVICE", help="decode on a hardware device FFmpeg knows (cuda, vaapi, "
                         "qsv, ...); an error, not a silent CPU fallback, when it is not there")
     out = parser.add_argument_group("output")
@@ -100,6 +105,9 @@ def settings_from(args: argparse.Namespace) -> StreamSettings:
         raise ClientError("--jpeg-quality must be 1..100")
     if args.max_reconnects is not None and args.max_reconnects < 0:
         raise ClientError("--max-reconnects must be 0 or more")
+    if args.rtsps_ca is not None and (args.rtsps_insecure or not args.rtsps_ca.is_file()):
+        raise ClientError(f"--rtsps-ca {args.rtsps_ca}: " + ("contradicts --rtsps-insecure" if args.rtsps_insecure
+                                                              else "no such file"))
     info = load_model_info(args.model_config) if args.model_config else None
     return StreamSettings(
         url=args.url, protocol=args.protocol, model=info.name if info else args.model, timeout_s=args.timeout,
@@ -108,7 +116,8 @@ def settings_from(args: argparse.Namespace) -> StreamSettings:
         reader=ReaderSettings(fps=args.fps, loop=args.loop, max_frames=args.max_frames,
                               reconnect_max_s=args.reconnect_max, max_reconnects=args.max_reconnects),
         decode=DecodeOptions(rtsp_transport=args.rtsp_transport, open_timeout_s=args.open_timeout,
-                             read_timeout_s=args.read_timeout, hwaccel=args.hwaccel),
+                             read_timeout_s=args.read_timeout, hwaccel=args.hwaccel,
+                             camera_tls=CameraTls(args.rtsps_ca, verify=not args.rtsps_insecure)),
     )
 
 
@@ -142,6 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         specs = parse_sources(args.sources)
         settings = settings_from(args)
+        for spec in specs:
+            if args.rtsps_insecure and is_rtsps(spec.location):
+                logger.warning("%s: its rtsps:// certificate is not verified (--rtsps-insecure): the stream is "
+                               "encrypted, not authenticated", spec.shown)
         summaries = asyncio.run(_run(specs, settings, args))
     except ClientError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from clients.errors import ClientError
+from clients.stream.camera_tls import CameraTls, CameraTrustError, check_camera_certificate, is_rtsps
 from clients.stream.sources import SourceSpec
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class DecodeOptions:
     # 5 s start (and a burst of stale frames) per connection at camera rates; the format arrives with the first
     # key frame or in the RTSP session description anyway.
     probe_s: float = 1.0
+    camera_tls: CameraTls = field(default_factory=CameraTls)  # how an rtsps:// camera's certificate is checked (camera_tls.py)
 
 
 def hwaccel_devices() -> list[str]:
@@ -91,6 +93,8 @@ class PyAVVideo:
         import av
 
         self.spec = spec
+        if is_rtsps(spec.location):
+            check_camera(spec, options)
         kwargs = _open_arguments(spec, options)
         try:
             self._container: Any = av.open(spec.location, **kwargs)
@@ -125,6 +129,19 @@ class PyAVVideo:
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing a dead network stream may raise; it is gone either way
             self._container.close()
+
+
+def check_camera(spec: SourceSpec, options: DecodeOptions) -> None:
+    """An rtsps:// camera's certificate, before FFmpeg (which verifies none) connects: untrusted is fatal, no
+    answer is retried as any unreachable source."""
+    if not options.camera_tls.verify:  # --rtsps-insecure: the CLI said so once per source
+        return
+    try:
+        check_camera_certificate(spec.location, options.camera_tls, options.open_timeout_s)
+    except CameraTrustError as exc:
+        raise FatalSourceError(f"cannot open {spec.shown}: {exc}") from None
+    except OSError as exc:
+        raise SourceError(f"cannot open {spec.shown}: {exc.strerror or exc}") from None
 
 
 def _classify(spec: SourceSpec, options: DecodeOptions, what: str, exc: BaseException) -> SourceError:

@@ -36,10 +36,11 @@ def write_scene_video(path: Path, frames: int, seed: int, size: tuple[int, int] 
 
 
 class RtspServer:
-    """gst-rtsp-server in a child process; ``url(name)`` is a mount's address."""
+    """gst-rtsp-server in a child process; ``url(name)`` is a mount's address. ``tls``: its certificate and key
+    (then rtsps:// only)."""
 
-    def __init__(self, mounts: dict[str, Path], log: Path) -> None:
-        self.mounts, self.log = mounts, log
+    def __init__(self, mounts: dict[str, Path], log: Path, tls: tuple[Path, Path] | None = None) -> None:
+        self.mounts, self.log, self.tls = mounts, log, tls
         self.port = 0
         self._process: subprocess.Popen[str] | None = None
 
@@ -49,6 +50,8 @@ class RtspServer:
         command = [str(SYSTEM_PYTHON), str(SCRIPT), "--port", str(port)]
         for name, path in self.mounts.items():
             command += ["--mount", f"{name}={path}"]
+        if self.tls is not None:
+            command += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
         with self.log.open("a") as log:
             self._process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
         assert self._process.stdout is not None
@@ -62,7 +65,7 @@ class RtspServer:
         return self
 
     def url(self, name: str) -> str:
-        return f"rtsp://127.0.0.1:{self.port}/{name}"
+        return f"{'rtsps' if self.tls else 'rtsp'}://127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
         """Gone at once (SIGKILL): a camera that loses power does not say goodbye."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -170,3 +171,51 @@ def test_stream_detections_equal_the_still_image_clients_for_the_same_frames(tri
             np.testing.assert_allclose(still.boxes, answer.result.boxes, atol=1e-3)
             np.testing.assert_allclose(still.scores, answer.result.scores, atol=1e-4)
             np.testing.assert_array_equal(still.class_ids, answer.result.class_ids)
+
+
+@pytest.fixture(scope="module")
+def camera_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A private CA (as a site's cameras have) and the camera's certificate it signed for 127.0.0.1."""
+    from deploy.local.credentials import make_ca, make_server_certificate
+
+    root = tmp_path_factory.mktemp("camera-pki")
+    ca = make_ca(root / "ca")
+    make_server_certificate(ca, root / "camera", ("127.0.0.1",), os.getuid())
+    return {"ca": ca[0], "cert": root / "camera" / "tls.crt", "key": root / "camera" / "tls.key"}
+
+
+@pytest.fixture
+def rtsps(videos: list[Path], camera_pki: dict[str, Path], tmp_path: Path):
+    server = RtspServer({"cam0": videos[0]}, tmp_path / "rtsps.log", tls=(camera_pki["cert"], camera_pki["key"]))
+    yield server.start()
+    server.stop()
+
+
+def _stream_command(triton_server, tmp_path: Path, source: str, *flags: str) -> tuple[int, dict, str]:
+    summary_path = tmp_path / "summary.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "clients.stream", source, "--url", triton_server.grpc_url, "--duration", "5",
+         "--admin-key", triton_server.admin_key, "--summary-json", str(summary_path), "--quiet", *flags],
+        cwd=ROOT, capture_output=True, text=True, timeout=90,
+    )
+    (summary,) = json.loads(summary_path.read_text())["streams"]
+    return run.returncode, summary, run.stderr
+
+
+def test_an_rtsps_camera_is_served_when_its_certificate_is_trusted_and_refused_by_name_when_not(
+        triton_server, rtsps, camera_pki, tmp_path):
+    """A camera speaking RTSP over TLS only, its certificate from the site's private CA: trusted through
+    --rtsps-ca, frames answered; against the system's CAs, refused by name and not retried; --rtsps-insecure plays
+    it anyway, which shows that FFmpeg itself verifies nothing (it accepted the private CA's certificate)."""
+    source = f"gate={rtsps.url('cam0')}"
+    assert source.split("=", 1)[1].startswith("rtsps://")
+    code, trusted, _ = _stream_command(triton_server, tmp_path, source, "--rtsps-ca", str(camera_pki["ca"]))
+    assert code == 0 and trusted["answered"] >= FPS and trusted["failed"] == 0, trusted
+    assert trusted["source_errors"] == 0, trusted
+    code, refused, stderr = _stream_command(triton_server, tmp_path, source)
+    assert code != 0 and refused["status"] == "failed" and refused["read"] == 0, refused
+    assert "the camera's certificate is not trusted (unable to get local issuer certificate" in refused["last_error"]
+    assert refused["reconnects"] == 0 and "stream gate:" in stderr
+    code, insecure, stderr = _stream_command(triton_server, tmp_path, source, "--rtsps-insecure")
+    assert code == 0 and insecure["answered"] >= FPS, insecure
+    assert "gate: its rtsps:// certificate is not verified (--rtsps-insecure)" in stderr
