@@ -2,7 +2,7 @@
 
 FFmpeg's RTSP demuxer opens its TLS connection with no options (libavformat/rtsp.c, ``ff_rtsp_connect``), so it
 never verifies the camera's certificate: a self-signed certificate naming another host is accepted, and the
-stream is encrypted but not authenticated (checked against gst-rtsp-server, tests/integration/test_rtsps.py).
+stream is encrypted but not authenticated (shown against gst-rtsp-server in tests/integration/test_streams.py).
 Each (re)open therefore first makes its own TLS handshake to the camera with Python's ``ssl``, verifying the
 chain against the system's CAs or ``--rtsps-ca`` and the host name against the URL, and refuses the camera by
 name when it fails. This checks the certificate the camera presents, not FFmpeg's own connection a moment
