@@ -5,7 +5,9 @@ so a window is the difference of a scrape at its start and one at its end, per m
 alias ensemble plus the stable version's own ensemble (``NAME`` and ``NAME_vS``), the canary side ``NAME_vC``;
 the quality counters come from each side's NMS and preprocess steps. Latency is Triton's p95 summary
 (``--metrics-config summary_latencies=true``) of the side's ensembles at the end of the window: Triton computes
-it over its own sliding window, so it is read, not differenced.
+it over its own sliding window (the last ``SUMMARY_MAX_AGE_S``), so it is read, not differenced. The canary's summary
+covers only its own life (its load, warm-up and the window); with a window shorter than the summary's age the
+stable side's also covers the calmer or busier time before it, so the two p95s are of different periods.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from generator.serving.contract import (
 SUCCESS = "nv_inference_request_success"
 FAILURE = "nv_inference_request_failure"
 LATENCY_SUMMARY = "nv_inference_request_summary_us"
+# How far back Triton's latency summaries reach: prometheus-cpp's Summary default (max_age 60 s in 5 buckets), which
+# Triton's metric_model_reporter.cc keeps. A shorter window reads the stable side's p95 over traffic from before it.
+SUMMARY_MAX_AGE_S = 60.0
 
 # (metric name, sorted labels) -> value
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -41,7 +41,7 @@ from generator.operate.rollout.progress import (
     started,
     write_progress,
 )
-from generator.operate.rollout.window import SideModels, SideWindow, side_window
+from generator.operate.rollout.window import SUMMARY_MAX_AGE_S, SideModels, SideWindow, side_window
 from generator.repository.versions import (
     ROUTE_NAME,
     RepositoryIndex,
@@ -184,6 +184,10 @@ def rollout(settings: RolloutSettings) -> dict[str, object]:
     if candidate not in index.versions or candidate == index.stable:
         raise VersionError(f"version {candidate} is not a candidate (stable {index.stable}, versions "
                            f"{', '.join(map(str, index.served))})")
+    if settings.window_s < SUMMARY_MAX_AGE_S:
+        logger.warning("a %.0f s window is shorter than the %.0f s Triton's latency summaries reach back: the "
+                       "stable side's p95 covers traffic from before the window, the candidate's only its own",
+                       settings.window_s, SUMMARY_MAX_AGE_S)
     progress = started(index.stable, candidate)
     write_progress(settings.repository, progress)
     start = time.monotonic()
