@@ -153,8 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from(args)
         for spec in specs:
             if args.rtsps_insecure and is_rtsps(spec.location):
-                logger.warning("%s: its rtsps:// certificate is not verified (--rtsps-insecure): the stream is "
-                               "encrypted, not authenticated", spec.shown)
+                logger.warning("stream %s: its rtsps:// certificate is not verified (--rtsps-insecure): the stream "
+                               "is encrypted, not authenticated", spec.name)
         summaries = asyncio.run(_run(specs, settings, args))
     except ClientError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -218,4 +218,4 @@ def test_an_rtsps_camera_is_served_when_its_certificate_is_trusted_and_refused_b
     assert refused["reconnects"] == 0 and "stream gate:" in stderr
     code, insecure, stderr = _stream_command(triton_server, tmp_path, source, "--rtsps-insecure")
     assert code == 0 and insecure["answered"] >= FPS, insecure
-    assert "gate: its rtsps:// certificate is not verified (--rtsps-insecure)" in stderr
+    assert "stream gate: its rtsps:// certificate is not verified (--rtsps-insecure)" in stderr
