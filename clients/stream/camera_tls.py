@@ -11,14 +11,12 @@ later; ``--rtsps-insecure`` skips it, saying so once per source.
 
 from __future__ import annotations
 
-import logging
 import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-logger = logging.getLogger(__name__)
 RTSPS_DEFAULT_PORT = 322  # RFC 7826's rtsps port, FFmpeg's default for the scheme
 NAME_MISMATCH = (62, 64)  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 

@@ -57,7 +57,8 @@ class DecodeOptions:
     # 5 s start (and a burst of stale frames) per connection at camera rates; the format arrives with the first
     # key frame or in the RTSP session description anyway.
     probe_s: float = 1.0
-    camera_tls: CameraTls = field(default_factory=CameraTls)  # how an rtsps:// camera's certificate is checked (camera_tls.py)
+    # How an rtsps:// camera's certificate is checked before FFmpeg connects (camera_tls.py).
+    camera_tls: CameraTls = field(default_factory=CameraTls)
 
 
 def hwaccel_devices() -> list[str]:

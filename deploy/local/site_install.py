@@ -192,8 +192,9 @@ def roll_out(project: str, staged: Path, index: dict[str, Any], change: Update) 
     """A newer archive on a running versioned site: ``deploy update --local``'s own steps (deploy/local/update.py).
     The builder of the archive's tag (its ONNX, with the archive's settings) adds the next version beside the
     stable one, with no network; the rollout service tries it (on the site's own control images where ``change``
-    names them) and promotes or rolls it back, the decision in the volume. Promoted, the site's files move to the archive's tag (the next ``up`` runs its images); rolled back,
-    they stay. The decision record is kept beside the site's files too."""
+    names them) and promotes or rolls it back, the decision in the volume. Promoted, the site's files move to the
+    archive's tag (the next ``up`` runs its images); rolled back, they stay. The decision record is kept beside
+    the site's files too."""
     from deploy.local.stack import LocalStack, read_env_file
     from deploy.local.update import update
     from deploy.settings import load_settings
