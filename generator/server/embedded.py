@@ -268,21 +268,25 @@ class EmbeddedServer:
         return self.process
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
-        """Block until every model is ready; raise with the log's hint if the server dies first."""
+        """Block until every model is ready and the metrics endpoint answers; raise with the log's hint if the
+        server dies first. Triton opens its metrics service after the HTTP one, so HTTP readiness alone let a
+        scrape right after it be refused (seen in CI)."""
         deadline = time.monotonic() + timeout_s
-        url = f"http://{self.http_url}/v2/health/ready"
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                where = f"; see {self.log_file}" if self.log_file else " (its log is above)"
-                raise ServerError(f"tritonserver exited while loading the models{where}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.25)
-        raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s")
+        for url in (f"http://{self.http_url}/v2/health/ready", f"http://{self.metrics_url}/metrics"):
+            while not self._answers(url):
+                if time.monotonic() >= deadline:
+                    raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s ({url} did not answer)")
+                time.sleep(0.25)
+
+    def _answers(self, url: str) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            where = f"; see {self.log_file}" if self.log_file else " (its log is above)"
+            raise ServerError(f"tritonserver exited while loading the models{where}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         """SIGTERM (Triton drains), then SIGKILL of the process group after the drain budget plus teardown."""
