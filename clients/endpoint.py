@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from clients.errors import ClientError
 
@@ -82,3 +83,21 @@ def _with_port(host: str, protocol: Protocol, url: str) -> str:
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ClientError(f"invalid port {port!r} in server URL {url!r}")
     return f"{host_part}:{port}"
+
+
+def tls_options(url: str, protocol: str | None, ca_cert: Path | None) -> dict[str, Any]:
+    """tritonclient's asyncio options that trust ``ca_cert`` (``--ca-cert``) for a grpcs:// or https:// URL."""
+    if ca_cert is None:
+        return {}
+    endpoint = parse_endpoint(url, protocol)
+    if not endpoint.ssl:
+        raise ClientError("--ca-cert needs a grpcs:// or https:// URL")
+    try:
+        pem = ca_cert.read_bytes()
+    except OSError as exc:
+        raise ClientError(f"cannot read --ca-cert {str(ca_cert)!r}: {exc.strerror or exc}") from None
+    if endpoint.protocol == "grpc":
+        return {"root_certificates": str(ca_cert)}  # tritonclient's gRPC client reads the file itself
+    import ssl
+
+    return {"ssl_context": ssl.create_default_context(cadata=pem.decode("ascii", "replace"))}

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from generator.cli.check import gpu_step_mismatches
 from generator.errors import GeneratorError
 from generator.repository.check import RepositoryCheck, check_repository
+from generator.server.gpu_steps import gpu_step_mismatches
 
 
 def checked(repository: Path) -> RepositoryCheck | None:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from generator.cli import rollout as rollout_cli
+    from generator.operate.rollout import arguments as rollout_cli
 
     parser = argparse.ArgumentParser(prog="python -m deploy.rollout_job", description=__doc__.splitlines()[0])
     rollout_cli.add_arguments(parser)
@@ -53,15 +53,15 @@ def _port(url: str, flag: str) -> int:
 
 def fleet_control(args: argparse.Namespace) -> FleetControl:
     """--fleet: every server the name resolves to, on the ports --url and --metrics-url give."""
-    from generator.cli import rollout as rollout_cli
     from generator.operate.fleet import FleetControl, headless
+    from generator.operate.rollout import arguments as rollout_cli
 
     servers = headless(args.fleet, _port(args.url, "--url"), _port(args.metrics_url, "--metrics-url"))
     return FleetControl(servers, rollout_cli.admin_key(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from generator.cli import rollout as rollout_cli
+    from generator.operate.rollout import arguments as rollout_cli
 
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="rollout: %(message)s", stream=sys.stderr)

@@ -1,4 +1,5 @@
-"""Lazily imported subcommands for ``python -m generator`` and ``python -m loadtest``.
+"""Lazily imported subcommands for ``python -m generator`` and ``python -m loadtest`` (a library both command
+lines use, so neither imports the other).
 
 Each subcommand is a module with ``add_arguments(parser)`` and ``run(args) -> int``. A module that fails to
 import still shows in ``--help`` and explains why when run; user errors print one line and exit 1.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from generator.cli.registry import build_parser as _build_parser
-from generator.cli.registry import run_main
+from generator.subcommands import build_parser as _build_parser
+from generator.subcommands import run_main
 
 from .errors import LoadTestError
 

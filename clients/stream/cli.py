@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from clients.endpoint import tls_options
 from clients.errors import ClientError
 from clients.stream.camera_tls import CameraTls, is_rtsps
 from clients.stream.decode import DecodeOptions
@@ -119,26 +120,6 @@ def settings_from(args: argparse.Namespace) -> StreamSettings:
                              read_timeout_s=args.read_timeout, hwaccel=args.hwaccel,
                              camera_tls=CameraTls(args.rtsps_ca, verify=not args.rtsps_insecure)),
     )
-
-
-def tls_options(url: str, protocol: str | None, ca_cert: Path | None) -> dict[str, Any]:
-    """tritonclient's asyncio options that trust ``ca_cert`` for a grpcs:// or https:// URL."""
-    if ca_cert is None:
-        return {}
-    from clients.endpoint import parse_endpoint
-
-    endpoint = parse_endpoint(url, protocol)
-    if not endpoint.ssl:
-        raise ClientError("--ca-cert needs a grpcs:// or https:// URL")
-    try:
-        pem = ca_cert.read_bytes()
-    except OSError as exc:
-        raise ClientError(f"cannot read --ca-cert {str(ca_cert)!r}: {exc.strerror or exc}") from None
-    if endpoint.protocol == "grpc":
-        return {"root_certificates": str(ca_cert)}  # tritonclient's gRPC client reads the file itself
-    import ssl
-
-    return {"ssl_context": ssl.create_default_context(cadata=pem.decode("ascii", "replace"))}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from generator.cli.registry import build_parser as _build_parser
-from generator.cli.registry import run_main
 from generator.errors import GeneratorError
+from generator.subcommands import build_parser as _build_parser
+from generator.subcommands import run_main
 
 COMMANDS = {
     "build": ("build", "Build a Triton model repository (ensemble) from a YOLO ONNX."),

@@ -21,11 +21,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from generator.repository.check import Mismatch
-    from generator.repository.manifest import Manifest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,19 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def gpu_step_mismatches(manifest: Manifest) -> list[Mismatch]:
-    """What this machine lacks for the build's GPU steps (the packages they import, a device they can use)."""
-    from generator.repository.check import Mismatch
-    from generator.serving.gpu.environment import detector_problems, preprocess_problems
-
-    sections = {"detector": manifest.detector.to_json() if manifest.detector else {},
-                "preprocess": manifest.preprocess.to_json() if manifest.preprocess else {}}
-    return ([Mismatch("gpu_detector", "detector", p) for p in detector_problems(sections)] +
-            [Mismatch("gpu_preprocess", "preprocess", p) for p in preprocess_problems(sections)])
-
-
 def run(args: argparse.Namespace) -> int:
     from generator.repository.check import check_repository
+    from generator.server.gpu_steps import gpu_step_mismatches
 
     repository: Path = args.repository
     result = check_repository(repository, files_only=args.files_only, steps=gpu_step_mismatches)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from generator.cli.rollout import add_connection_arguments, control_from_args
+from generator.operate.rollout.arguments import add_connection_arguments, control_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -56,7 +56,7 @@ class Mismatch:
 
 
 # What a build's Python steps need on this host beyond its files (the GPU steps' packages and device): the caller
-# that can import them passes it (generator.serving.gpu.environment, through generator/cli/check.py).
+# that can import them passes it (generator.serving.gpu.environment, through generator/server/gpu_steps.py).
 StepCheck = Callable[[Manifest], list[Mismatch]]
 
 

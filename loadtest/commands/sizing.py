@@ -51,8 +51,8 @@ def _server_pid(args: argparse.Namespace, address: str) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clients.endpoint import tls_options
     from clients.errors import ClientError
-    from clients.stream.cli import tls_options
 
     if not (args.fps > 0 and args.p95_ms > 0 and 0 <= args.max_drop < 1 and 0 < args.utilisation <= 1):
         raise LoadTestError("need --fps > 0, --p95-ms > 0, 0 <= --max-drop < 1 and 0 < --utilisation <= 1")

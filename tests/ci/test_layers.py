@@ -250,3 +250,41 @@ def test_the_floor_rules_catch_what_they_forbid(tmp_path: Path) -> None:
                       "def f():\n    import numpy\n    from generator.builder.spec import options\n")
     assert repository_violations({f"{REPOSITORY}.check": source}) == [
         f"{REPOSITORY}.check -> generator.builder.spec.options", f"{REPOSITORY}.check -> numpy"]
+
+
+# --- issue 33: command-line modules are not libraries ------------------------------------------------------------
+
+# Each command-line unit and the one module that may import it: its package's ``__main__``. What another package
+# needs of a command line lives in a library module (generator/subcommands.py, generator/operate/rollout/
+# arguments.py, generator/server/gpu_steps.py, clients/endpoint.py).
+COMMAND_LINES = {"generator.cli": "generator.__main__", "loadtest.cli": "loadtest.__main__",
+                 "loadtest.commands": "loadtest.__main__", "clients.stream.cli": "clients.stream.__main__",
+                 "clients.detect": "clients.detect", "deploy.cli": "deploy.__main__"}
+
+
+def command_line_importers(edges: Mapping[str, Iterable[str]]) -> list[str]:
+    """Imports of a command-line module by anything but its ``__main__`` or its own command-line unit."""
+    found = []
+    for source, targets in edges.items():
+        for target in targets:
+            unit = next((u for u in COMMAND_LINES if within(target, u)), None)
+            if unit is not None and source != COMMAND_LINES[unit] and not within(source, unit):
+                found.append(f"{source} -> {target}")
+    return sorted(found)
+
+
+def test_command_line_modules_are_imported_only_by_their_main() -> None:
+    assert command_line_importers(graph()) == [], "move what other modules need into a library module"
+
+
+def test_every_command_line_unit_exists() -> None:
+    known = modules()
+    assert all(unit in known for unit in COMMAND_LINES), sorted(set(COMMAND_LINES) - set(known))
+    assert all(main in known for main in COMMAND_LINES.values())
+
+
+def test_the_command_line_rule_catches_what_it_forbids() -> None:
+    edges = {"loadtest.cli": {"generator.cli.registry"}, "deploy.entrypoints.rollout_job": {"generator.cli.rollout"},
+             "generator.cli.rollback": {"generator.cli.rollout"}, "generator.__main__": {"generator.cli"}}
+    assert command_line_importers(edges) == ["deploy.entrypoints.rollout_job -> generator.cli.rollout",
+                                             "loadtest.cli -> generator.cli.registry"]

@@ -14,10 +14,10 @@ import pytest
 from clients.canary import Route, read_route, write_route
 from generator.builder.spec.options import BuildOptions
 from generator.builder.versioned import add_version
-from generator.cli.rollout import control_images
 from generator.operate.admin import ModelControl
 from generator.operate.fleet import FleetControl
 from generator.operate.rollout import workflow
+from generator.operate.rollout.arguments import control_images
 from generator.operate.rollout.mirror import mirror
 from generator.operate.rollout.workflow import RolloutSettings, rollback, rollout
 from generator.repository.versions import ROUTE_NAME, read_index

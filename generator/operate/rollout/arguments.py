@@ -1,5 +1,8 @@
-"""``rollout``: load the newest candidate version beside the stable one, give it a share of the traffic, compare
-both on the same window, and promote or roll back by itself (generator.operate.rollout.workflow)."""
+"""The rollout's flags and what they turn into: the connection to a Triton, the control set, the settings of
+generator.operate.rollout.workflow and the printed record with its exit code.
+
+Shared by ``python -m generator rollout|rollback`` (generator/cli/) and deploy's rollout container
+(deploy/entrypoints/rollout_job.py), so neither imports the other's command-line module."""
 
 from __future__ import annotations
 
@@ -167,9 +170,3 @@ def report(record: dict[str, object], args: argparse.Namespace) -> int:
         args.record.write_text(text + "\n")
     print(text)
     return 0 if record["action"] == "promote" else 3
-
-
-def run(args: argparse.Namespace) -> int:
-    from generator.operate.rollout.workflow import rollout
-
-    return report(rollout(settings_from_args(args)), args)

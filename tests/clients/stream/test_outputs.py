@@ -88,7 +88,7 @@ def test_cli_help_and_user_errors(capsys, tmp_path):
 def test_ca_certificates_reach_the_grpc_and_http_clients(tmp_path):
     import ssl
 
-    from clients.stream.cli import tls_options
+    from clients.endpoint import tls_options
     from tests.deploy.pod import make_certificate
 
     cert = make_certificate(tmp_path)
