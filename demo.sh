@@ -35,11 +35,17 @@ python -m generator serve --model-repository model_repository \
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 
-python - "$GRPC_PORT" <<'PY'
+# Ready, or stop at once with the server's own error line when it exits (a port taken, a missing model).
+python - "$server" "$HTTP_PORT" "$OUT/triton.log" <<'PY'
 import sys
-from clients import DetectionClient
-with DetectionClient(f"127.0.0.1:{sys.argv[1]}") as client:
-    client.wait_until_ready(timeout_s=300)
+from pathlib import Path
+from generator.errors import ServerError
+from generator.server.startup import wait_for_pid
+try:
+    wait_for_pid(int(sys.argv[1]), [f"http://127.0.0.1:{sys.argv[2]}/v2/health/ready"], Path(sys.argv[3]),
+                 timeout_s=300, what="generator serve")
+except ServerError as exc:
+    sys.exit(f"error: {exc}")
 PY
 
 echo "== gRPC, one JSON line per image"

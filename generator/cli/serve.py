@@ -22,8 +22,6 @@ from generator.server.tracing import DEFAULT_RATE
 from generator.server.watchdog import WatchPolicy
 from generator.serving.contract import ADMIN_TOKEN_ENV, GRPC_HEADER_PREFIX
 
-WATCHDOG_METRICS_PORT = 8003  # next to Triton's 8000-8002
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-repository", type=Path, action="append",
@@ -40,10 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe-timeout-s", type=float, default=5.0, help="seconds one probe may take")
     parser.add_argument("--restart-grace-s", type=float, default=5.0,
                         help="seconds an unhealthy server gets after SIGTERM before it is killed and restarted")
-    parser.add_argument("--watchdog-metrics-port", type=int, default=WATCHDOG_METRICS_PORT,
+    parser.add_argument("--watchdog-metrics-port", type=int, default=None,
                         help="the watchdog's Prometheus metrics (restarts by reason, failed probes) and the GPUs' "
                              "(NVML: utilisation, memory, power, energy, temperature, clocks, throttling) on "
-                             "127.0.0.1 at this port; 0: off")
+                             "127.0.0.1 at this port (default: --metrics-port + 1, 8003 with the default ports, or "
+                             "a free port when that one is taken; printed when ready); 0: off")
     parser.add_argument("--trace-otlp", metavar="URL",
                         help="send OpenTelemetry traces to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318/v1/traces); "
                              "requests carrying a W3C traceparent are always traced")
@@ -142,6 +141,6 @@ def run(args: argparse.Namespace) -> int:
     settings = ServeSettings(repositories, stub, args.http_port, args.grpc_port, args.metrics_port, policy,
                              args.drain_timeout_s, args.watchdog_metrics_port, tuple(trace_args(args)),
                              explicit=args.model_control == "explicit")
-    code = serve(settings, lambda server, admin, start: _announce(server, admin, start, args.watchdog_metrics_port))
+    code = serve(settings, _announce)
     print(f"Triton stopped (exit code {code}).", flush=True)
     return 0

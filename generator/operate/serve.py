@@ -9,6 +9,7 @@ prints what happens; this module does it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
@@ -83,7 +84,7 @@ class ServeSettings:
     metrics_port: int = 8002
     policy: WatchPolicy = field(default_factory=WatchPolicy)
     drain_timeout_s: int = EXIT_TIMEOUT_S
-    watchdog_metrics_port: int = 0  # 0: no watchdog metrics endpoint
+    watchdog_metrics_port: int | None = 0  # 0: no watchdog metrics endpoint; None: derived (watchdog_port)
     trace: tuple[str, ...] = ()  # Triton's trace flags (trace_flags)
     explicit: bool = False  # --model-control explicit
 
@@ -102,8 +103,9 @@ def served_models(server: EmbeddedServer) -> list[str]:
     return sorted(ModelControl(server.http_url, server.metrics_url, key).loaded(timeout_s=5))
 
 
-# Called when the server passes its first probe after a start (1 = the first start), with the admin access.
-OnReady = Callable[[EmbeddedServer, AdminAccess, int], None]
+# Called when the server passes its first probe after a start (1 = the first start), with the admin access and
+# the port the watchdog's metrics are served on (0: none).
+OnReady = Callable[[EmbeddedServer, AdminAccess, int, int], None]
 
 
 def make_server(settings: ServeSettings, admin: AdminAccess, probed: list[str]) -> EmbeddedServer:
@@ -126,9 +128,10 @@ def serve(settings: ServeSettings, on_ready: OnReady) -> int:
     # The watchdog waits as long for a stopping server as the server's own drain takes (shutdown.py).
     policy = dataclasses.replace(settings.policy, grace_s=server.stop_timing.watchdog_grace_s)
     metrics = WatchdogMetrics()
-    endpoint = _watchdog_endpoint(metrics, settings.watchdog_metrics_port,
-                                  gpu_series(server) if settings.watchdog_metrics_port else None)
-    supervisor = Supervisor(server.launch, server.http_url, probed, policy, restart=True, on_healthy=lambda start: on_ready(server, admin, start),
+    endpoint = _watchdog_endpoint(metrics, settings, gpu_series(server) if settings.watchdog_metrics_port != 0 else None)
+    port = int(endpoint.server_address[1]) if endpoint is not None else 0
+    supervisor = Supervisor(server.launch, server.http_url, probed, policy, restart=True,
+                            on_healthy=lambda start: on_ready(server, admin, start, port),
                             metrics=metrics, explicit=settings.explicit)
     restore = supervisor.install_signal_handlers()
     try:
@@ -160,12 +163,26 @@ def gpu_series(server: EmbeddedServer) -> Callable[[], str]:
     return lambda: monitor.render(models)
 
 
-def _watchdog_endpoint(metrics: WatchdogMetrics, port: int, extra: Callable[[], str] | None = None) -> Any:
-    """The watchdog's metrics endpoint on loopback (with the GPUs' series), or None with port 0."""
+def _watchdog_endpoint(metrics: WatchdogMetrics, settings: ServeSettings,
+                       extra: Callable[[], str] | None = None) -> Any:
+    """The watchdog's metrics endpoint on loopback (with the GPUs' series), or None with port 0. A derived port
+    (None) is --metrics-port + 1, or any free one when that is taken: a second server on the machine, started
+    with its own Triton ports, then does not fail on the first one's watchdog port."""
+    port = settings.watchdog_metrics_port
     if port == 0:
         return None
+    if port is None:
+        taken = {settings.http_port, settings.grpc_port, settings.metrics_port}
+        derived = settings.metrics_port + 1
+        if derived not in taken and derived < 65536:
+            with contextlib.suppress(OSError):
+                return serve_metrics(metrics, "127.0.0.1", derived, extra)
+        endpoint = serve_metrics(metrics, "127.0.0.1", 0, extra)
+        logger.info("watchdog metrics on 127.0.0.1:%d (%d is taken)", endpoint.server_address[1], derived)
+        return endpoint
     try:
         return serve_metrics(metrics, "127.0.0.1", port, extra)
     except OSError as exc:
         raise ServerError(f"cannot serve the watchdog metrics on 127.0.0.1:{port}: {exc.strerror or exc} "
-                          "(choose another --watchdog-metrics-port, or 0 for none)") from None
+                          "(choose another --watchdog-metrics-port, leave it out for a free one, or 0 for none)"
+                          ) from None

@@ -17,9 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +31,7 @@ from generator.server.environments import (
 )
 from generator.server.hardening import AdminAccess
 from generator.server.shutdown import TEARDOWN_S, StopTiming
+from generator.server.startup import exited_error, wait_ready
 from generator.serving.contract import OPENCV_PIXEL_LIMIT, OPENCV_PIXEL_LIMIT_ENV
 
 logger = logging.getLogger(__name__)
@@ -268,25 +266,13 @@ class EmbeddedServer:
         return self.process
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
-        """Block until every model is ready and the metrics endpoint answers; raise with the log's hint if the
-        server dies first. Triton opens its metrics service after the HTTP one, so HTTP readiness alone let a
-        scrape right after it be refused (seen in CI)."""
-        deadline = time.monotonic() + timeout_s
-        for url in (f"http://{self.http_url}/v2/health/ready", f"http://{self.metrics_url}/metrics"):
-            while not self._answers(url):
-                if time.monotonic() >= deadline:
-                    raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s ({url} did not answer)")
-                time.sleep(0.25)
-
-    def _answers(self, url: str) -> bool:
-        if self.process is None or self.process.poll() is not None:
-            where = f"; see {self.log_file}" if self.log_file else " (its log is above)"
-            raise ServerError(f"tritonserver exited while loading the models{where}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
+        """Block until every model is ready and the metrics endpoint answers; raise with the log's error line as
+        soon as the server exits. Triton opens its metrics service after the HTTP one, so HTTP readiness alone
+        let a scrape right after it be refused (seen in CI)."""
+        urls = (f"http://{self.http_url}/v2/health/ready", f"http://{self.metrics_url}/metrics")
+        wait_ready(urls, lambda: self.process is not None and self.process.poll() is None,
+                   lambda: exited_error("tritonserver", self.log_file,
+                                        self.process.returncode if self.process else None), timeout_s)
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         """SIGTERM (Triton drains), then SIGKILL of the process group after the drain budget plus teardown."""

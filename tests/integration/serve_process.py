@@ -22,14 +22,17 @@ class ServeProcess:
     """Starts the command, collects its output lines (Triton's log included) and finds its processes."""
 
     def __init__(self, repositories: list[Path], *flags: str, env: dict[str, str] | None = None,
-                 log_file: Path | None = None) -> None:
-        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.watchdog_port = free_port()
+                 log_file: Path | None = None, ports: tuple[int, int, int] | None = None,
+                 watchdog_port: int | None = -1) -> None:
+        """``ports``: HTTP, gRPC and metrics (default: free ones); ``watchdog_port``: None leaves the flag out
+        (serve derives it), -1 (default) a free one."""
+        self.http_port, self.grpc_port, self.metrics_port = ports or (free_port(), free_port(), free_port())
+        self.watchdog_port = free_port() if watchdog_port == -1 else watchdog_port
+        watchdog = [] if self.watchdog_port is None else ["--watchdog-metrics-port", str(self.watchdog_port)]
         command = [sys.executable, "-m", "generator", "serve",
                    *(f"--model-repository={r}" for r in repositories),
                    "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-                   "--metrics-port", str(self.metrics_port), "--watchdog-metrics-port", str(self.watchdog_port),
-                   *flags]
+                   "--metrics-port", str(self.metrics_port), *watchdog, *flags]
         self.lines: list[str] = []
         self._log = log_file
         self.process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})}, text=True,

@@ -42,7 +42,7 @@ def test_without_a_gpu_the_repository_does_not_load_and_check_said_why(tmp_path:
     assert main(["check", str(tmp_path / "repo")]) == 1  # the GPU detector's mismatch, before serving
     log = tmp_path / "server.log"
     server = EmbeddedServer(tmp_path / "repo", free_port(), free_port(), free_port(), log_file=log)
-    with pytest.raises(ServerError, match="exited while loading the models"), server:
+    with pytest.raises(ServerError, match="exited before it was ready"), server:
         pass
     assert "yolo_detector has kind KIND_GPU but no GPUs are available" in log.read_text()
 

@@ -12,6 +12,7 @@ import pytest
 
 from clients import DetectionClient, RestrictedApiError
 from generator.server.hardening import ADMIN_API_GROUPS
+from generator.server.ports import free_port
 from generator.synthetic import encode, make_scene
 from tests.integration.serve_process import ServeProcess
 
@@ -88,3 +89,38 @@ def test_bad_key_in_the_environment_is_one_line(demo_repository: Path, tmp_path:
     serve.stop()
     assert serve.lines == ["error: TRITON_ADMIN_TOKEN must be 16-256 characters of A-Z a-z 0-9 . _ ~ - "
                            "(e.g. `openssl rand -hex 32`); got one that is not"]
+
+
+def test_a_second_server_takes_a_free_watchdog_port_and_prints_it(demo_repository: Path, tmp_path: Path) -> None:
+    from tests.generator.operate.test_serve import _held_pair
+
+    metrics_port, holder = _held_pair()  # metrics + 1, the derived watchdog port, is another server's
+    with holder:
+        serve = ServeProcess([demo_repository], log_file=tmp_path / "serve.log", watchdog_port=None,
+                             ports=(free_port(), free_port(), metrics_port))
+        try:
+            ready = serve.wait_for(r"^Triton 2\.51\.0 ready: .*, watchdog metrics 127\.0\.0\.1:(?P<port>\d+); ")
+            serve.watchdog_port = int(ready["port"])
+            assert serve.watchdog_port != metrics_port + 1
+            assert serve.watchdog_metrics()["triton_watchdog_server_starts_total"] == 1
+        finally:
+            assert serve.stop() == 0
+
+
+def test_waiting_on_a_server_that_exits_prints_its_error_line_at_once(demo_repository: Path, tmp_path: Path) -> None:
+    from generator.errors import ServerError
+    from generator.server.startup import wait_for_pid
+    from tests.generator.operate.test_serve import _held_pair
+
+    metrics_port, holder = _held_pair()
+    with holder:
+        log = tmp_path / "triton.log"
+        serve = ServeProcess([demo_repository], log_file=log, watchdog_port=metrics_port + 1,
+                             ports=(free_port(), free_port(), metrics_port))
+        try:
+            with pytest.raises(ServerError, match=r"^generator serve exited before it was ready: error: cannot serve "
+                                                  rf"the watchdog metrics on 127\.0\.0\.1:{metrics_port + 1}: "):
+                wait_for_pid(serve.process.pid, [f"http://{serve.http_url}/v2/health/ready"], log, timeout_s=300,
+                             what="generator serve")
+        finally:
+            serve.stop()
