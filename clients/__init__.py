@@ -1,21 +1,27 @@
 """Detection clients for the Triton ensemble: gRPC or HTTP, blocking or asyncio."""
 
-from clients._errors_map import connection_failure
-from clients.async_client import AsyncDetectionClient
-from clients.contract import load_model_info
-from clients.detection import Detection, DetectionResult, ModelInfo
-from clients.endpoint import Endpoint, parse_endpoint
-from clients.errors import (
-    ClientError,
-    ClientTimeoutError,
-    ImageSourceError,
-    InferenceError,
-    RestrictedApiError,
-    ServerUnavailableError,
-    TlsError,
-)
-from clients.retry import NO_RETRY, RetryPolicy
-from clients.sync_client import DetectionClient
+try:
+    from clients._errors_map import connection_failure
+    from clients.async_client import AsyncDetectionClient
+    from clients.contract import load_model_info
+    from clients.detection import Detection, DetectionResult, ModelInfo
+    from clients.endpoint import Endpoint, parse_endpoint
+    from clients.errors import (
+        ClientError,
+        ClientTimeoutError,
+        ImageSourceError,
+        InferenceError,
+        RestrictedApiError,
+        ServerUnavailableError,
+        TlsError,
+    )
+    from clients.retry import NO_RETRY, RetryPolicy
+    from clients.sync_client import DetectionClient
+except ModuleNotFoundError as _missing:  # python -m clients.X in the base install
+    from clients._extra import exit_when_run_without_the_extra
+
+    exit_when_run_without_the_extra(_missing)
+    raise
 
 __all__ = [
     "NO_RETRY",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from deploy.errors import DeployError
 from deploy.settings import Settings, load_settings
+from generator.extras import install_hint
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -232,5 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _show(settings)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ImportError as exc:  # the base install: templates, YAML and schemas come with the deploy extra
+        hint = install_hint(exc, "deploy", f"python -m deploy {args.command}")
+        if hint is None:
+            raise
+        print(f"error: {hint}", file=sys.stderr)
         return 1
     return 0

@@ -2,7 +2,8 @@
 lines use, so neither imports the other).
 
 Each subcommand is a module with ``add_arguments(parser)`` and ``run(args) -> int``. A module that fails to
-import still shows in ``--help`` and explains why when run; user errors print one line and exit 1.
+import still shows in ``--help`` and explains why when run; a third-party module missing when it is imported or
+run names the extra to install (generator/extras.py); user errors print one line and exit 1.
 """
 
 from __future__ import annotations
@@ -14,22 +15,26 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
+from generator.extras import install_hint
 
-def _load(module: str) -> tuple[ModuleType | None, str | None]:
+
+def _load(module: str, extra: str, command: str) -> tuple[ModuleType | None, str | None]:
     try:
         return importlib.import_module(module), None
     except ImportError as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+        return None, install_hint(exc, extra, command) or f"{type(exc).__name__}: {exc}"
 
 
-def build_parser(prog: str, description: str, package: str,
-                 commands: Mapping[str, tuple[str, str]]) -> tuple[argparse.ArgumentParser, dict[str, str]]:
-    """``commands`` maps a command name to (module name in ``package``, one-line help)."""
+def build_parser(prog: str, description: str, package: str, commands: Mapping[str, tuple[str, str]],
+                 extras: Mapping[str, str] | None = None) -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    """``commands`` maps a command name to (module name in ``package``, one-line help); ``extras`` a command to
+    the extra its third-party modules come with (``default``: every other command's)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     unavailable: dict[str, str] = {}
     for name, (module_name, help_text) in commands.items():
-        module, reason = _load(f"{package}.{module_name}")
+        extra = (extras or {}).get(name) or (extras or {}).get("default", "dev")
+        module, reason = _load(f"{package}.{module_name}", extra, f"{prog} {name}")
         if module is None:
             sub.add_parser(name, help=f"{help_text} [unavailable: {reason}]", add_help=False)
             unavailable[name] = reason or "unknown import error"
@@ -37,7 +42,7 @@ def build_parser(prog: str, description: str, package: str,
         command = sub.add_parser(name, help=help_text, description=help_text,
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         module.add_arguments(command)
-        command.set_defaults(_run=module.run)
+        command.set_defaults(_run=module.run, _extra=extra)
     return parser, unavailable
 
 
@@ -62,7 +67,9 @@ def run_main(parser: argparse.ArgumentParser, unavailable: Mapping[str, str],
     show_progress("generator", "loadtest", "clients", "deploy")
     args, rest = parser.parse_known_args(argv)
     if args.command in unavailable:
-        print(f"error: '{args.command}' is unavailable: {unavailable[args.command]}", file=sys.stderr)
+        reason = unavailable[args.command]
+        print(f"error: {reason}" if reason.startswith(f"{parser.prog} ") else
+              f"error: '{args.command}' is unavailable: {reason}", file=sys.stderr)
         return 1
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -70,6 +77,12 @@ def run_main(parser: argparse.ArgumentParser, unavailable: Mapping[str, str],
         return int(args._run(args))
     except user_error as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ImportError as exc:  # a lazily imported third-party module: which extra brings it
+        hint = install_hint(exc, args._extra, f"{parser.prog} {args.command}")
+        if hint is None:
+            raise
+        print(f"error: {hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -22,10 +22,14 @@ COMMANDS = {
     "engine": ("engine", "The detector engine alone (the served graph outside Triton) at fixed batch sizes."),
 }
 
+# The extra each command's third-party modules come with (pyproject.toml); named when one is missing.
+EXTRAS = {"default": "loadtest", "bench": "build,loadtest", "nms-bench": "build,loadtest",
+          "engine": "build,loadtest", "versus": "reference"}
+
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     return _build_parser("python -m loadtest", "Load tests and benchmarks for the detection ensemble.",
-                         "loadtest.commands", COMMANDS)
+                         "loadtest.commands", COMMANDS, EXTRAS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,10 +21,13 @@ COMMANDS = {
     "archive": ("archive", "Write what the embedded server needs for a machine with no package index (offline)."),
 }
 
+# The extra each command's third-party modules come with (pyproject.toml); named when one is missing.
+EXTRAS = {"default": "build", "rollout": "rollout", "rollback": "rollout"}
+
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     return _build_parser("python -m generator", "Build, serve, check and validate Triton detection ensembles.",
-                         "generator.cli", COMMANDS)
+                         "generator.cli", COMMANDS, EXTRAS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
