@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from deploy import policy, validate
-from deploy.alerts import rule_groups
 from deploy.composefile import load_compose, parse_env
-from deploy.dashboard import KNOWN_METRICS, metric_names
 from deploy.errors import CheckError
-from deploy.render import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, NGINX_CONF, drift
+from deploy.render.alerts import rule_groups
+from deploy.render.dashboard import KNOWN_METRICS, metric_names
+from deploy.render.files import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, NGINX_CONF, drift
 from deploy.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def alert_problems(deploy_dir: Path, settings: Settings) -> list[str]:
             if unknown:
                 problems.append(f"alert {rule.get('alert')!r} uses unknown metrics {sorted(unknown)}")
     if [g["name"] for g in groups] != [g["name"] for g in rule_groups(settings)]:
-        problems.append("alerts.yml does not hold the rule groups of deploy/alerts.py")
+        problems.append("alerts.yml does not hold the rule groups of deploy/render/alerts.py")
     return problems + promtool_problems(path)
 
 

@@ -1,4 +1,10 @@
-"""``python -m deploy render|check|show``: argv in, library calls out, exit code back."""
+"""``python -m deploy``: argv in, library calls out, exit code back.
+
+The files: ``render`` (write them from deploy/settings.py), ``check`` (schemas, policy, drift), ``show`` (the
+settings and the sizes derived from them). The CPU stack on this machine (``--local``, deploy/local/): ``up``,
+``build``, ``down``, ``bases`` (base images where no registry answers); a model version in the running stack:
+``update``, ``rollback``; a site with no network: ``archive``, ``install``. Every subcommand is in ``--help``.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,9 @@ from generator.extras import install_hint
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m deploy",
-        description="Render and check the deployment files; start the CPU stack on this machine (up/down --local)."
+        description="Render and check the deployment files (render, check, show); run the CPU stack on this machine "
+                    "(up, build, down, bases --local), update or roll back its model (update, rollback --local) and "
+                    "carry it to a site with no network (archive, install --local)."
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, help="YAML file of setting: value overrides")
@@ -211,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(_site_settings(args), args.assignments)
         if args.command == "render":
-            from deploy.render import render_all, write_rendered
+            from deploy.render.files import render_all, write_rendered
 
             written = write_rendered(render_all(settings), args.out)
             print(f"rendered {len(written)} files into {args.out}")

@@ -21,9 +21,9 @@ from generator.server.shutdown import StopTiming
 MODELS_VOLUME = "/models"
 CURRENT_LINK = "current"
 MODEL_REPOSITORY = f"{MODELS_VOLUME}/{CURRENT_LINK}"
-# Where the rollout publishes its split (deploy/routing.py): inside the volume, read-only in the proxy.
+# Where the rollout publishes its split (deploy/entrypoints/routing.py): inside the volume, read-only in the proxy.
 ROUTING_DIR = f"{MODELS_VOLUME}/routing"
-CANARY_BUCKETS = 100  # the proxy's split, one bucket per percent (deploy/routing.py)
+CANARY_BUCKETS = 100  # the proxy's split, one bucket per percent (deploy/entrypoints/routing.py)
 # The admin token as a file (a compose secret, a Kubernetes Secret volume): what the rollout reads.
 ADMIN_TOKEN_FILE = "/run/secrets/admin_token"
 WATCHDOG_PATH = "/opt/deploy/watchdog.py"
@@ -49,7 +49,7 @@ RESTART_GRACE_S = 5
 SERVER_CACHE = "/opt/tde"
 # The project's package extras each image installs (pyproject.toml), nothing more.
 # The slim CPU image installs none: its models run in the stub environment locked in generator/server/locks/.
-# The builders' images also run the rollout's one-shot container (deploy/rollout_job.py): the `rollout` extra is the
+# The builders' images also run the rollout's one-shot container (deploy/entrypoints/rollout_job.py): the `rollout` extra is the
 # `build` extra plus the clients (mirrored control images) and a parser for Triton's metrics.
 IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("rollout",), "loadtest": ("loadtest",), "triton-cpu": (),
                 "builder-cpu": ("rollout",)}
@@ -139,7 +139,7 @@ def proxy_health_command(settings: Settings) -> list[str]:
 def serve_command(settings: Settings, *, gpu: bool, token: str, http_address: str = LOOPBACK) -> list[str]:
     """The Triton container's command: check the repository, then run tritonserver under the watchdog."""
     return [
-        "python3", "-m", "deploy.serve_models",
+        "python3", "-m", "deploy.entrypoints.serve_models",
         f"--repository={MODEL_REPOSITORY}",
         f"--watchdog={WATCHDOG_PATH}",
         f"--url={LOOPBACK}:{settings.http_port}",
@@ -170,12 +170,12 @@ def build_args(settings: Settings, target: Target, onnx: str = DETECTOR_ONNX_PAT
 
 
 def builder_command(settings: Settings, target: Target) -> list[str]:
-    """The builder container's arguments (its entry point is ``python3 -m deploy.build_models``)."""
+    """The builder container's arguments (its entry point is ``python3 -m deploy.entrypoints.build_models``)."""
     return [f"--volume={MODELS_VOLUME}", f"--link={CURRENT_LINK}", "--versioned", "--", *build_args(settings, target)]
 
 
 def rollout_command(settings: Settings) -> list[str]:
-    """The rollout's one-shot container (entry point ``python3 -m deploy.rollout_job``), in the pod's network
+    """The rollout's one-shot container (entry point ``python3 -m deploy.entrypoints.rollout_job``), in the pod's network
     namespace: Triton's admin API and metrics on its loopback, never through the proxy; the token from a file."""
     return [
         f"--model-repository={MODEL_REPOSITORY}",

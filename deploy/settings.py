@@ -34,6 +34,12 @@ from generator.server.tracing import TraceSettings, TraceSettingsError
 
 # The 2025 security fixes (HTTP server and Python backend CVEs) ship in 25.07 and later.
 MIN_TRITON_RELEASE = "25.07"
+# The Docker Engine and Compose the stack needs: healthcheck.start_interval (every health check of the compose file)
+# needs the Engine API 1.44, i.e. Docker Engine 25 (moby/moby #40894), and a Compose v2 that passes it on
+# (docker/compose #11360, in 2.24). Checked by deploy/local/docker_versions.py before a local stack starts, and
+# named in the rendered compose file (deploy/render/files.py).
+MIN_ENGINE = (25, 0)
+MIN_COMPOSE = (2, 24)
 # From this release on /v2/health/ready notices a dead Python-backend stub.
 STUB_AWARE_READY_RELEASE = "26.04"
 
@@ -215,7 +221,7 @@ class Settings:
     # tritonserver --exit-timeout-secs: in-flight requests get this long after SIGTERM.
     exit_timeout_s: int = 30
 
-    # --- telemetry: traces, the watchdog's metrics, alert thresholds (deploy/alerts.py) -----------
+    # --- telemetry: traces, the watchdog's metrics, alert thresholds (deploy/render/alerts.py) -----------
     # OTLP/HTTP receiver of Triton's OpenTelemetry traces (e.g. http://otel-collector:4318/v1/traces); empty: off.
     trace_otlp_url: str = ""
     # Requests without a W3C traceparent: trace every N-th (0: none); those with one are always traced.

@@ -41,6 +41,6 @@ COPY ${DETECTOR_ONNX} /opt/detector/model.onnx
 RUN mkdir -p /models && chown 1000:1000 /models
 USER 1000:1000
 WORKDIR /tmp
-# Build into the volume and switch /models/current atomically (deploy/build_models.py).
-ENTRYPOINT ["python3", "-m", "deploy.build_models"]
+# Build into the volume and switch /models/current atomically (deploy/entrypoints/build_models.py).
+ENTRYPOINT ["python3", "-m", "deploy.entrypoints.build_models"]
 CMD ["--volume=/models", "--link=current", "--versioned", "--", "--onnx", "/opt/detector/model.onnx", "--name", "yolo", "--target", "tensorrt", "--precision", "fp16", "--max-batch", "8", "--max-detections", "100", "--max-image-bytes", "4194304", "--max-image-pixels", "40000000", "--normalise-in", "graph", "--preprocess-device", "cpu", "--instances", "2", "2", "2", "--triton-image", "nvcr.io/nvidia/tritonserver:26.08-py3"]

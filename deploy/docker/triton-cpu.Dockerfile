@@ -46,7 +46,7 @@ ENV TRITON_DETECTION_CACHE=/opt/tde \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 
-# The entry point (deploy.serve_models), `generator check` (standard library only) and the watchdog.
+# The entry point (deploy.entrypoints.serve_models), `generator check` (standard library only) and the watchdog.
 COPY generator /opt/project/generator
 COPY deploy /opt/project/deploy
 COPY generator/server/watchdog.py /opt/deploy/watchdog.py

@@ -1,11 +1,11 @@
 """Fill the models volume for this machine and switch Triton's repository to it atomically.
 
-    python3 -m deploy.build_models --volume /models [--link current] [--versioned] -- GENERATOR_BUILD_FLAGS...
+    python3 -m deploy.entrypoints.build_models --volume /models [--link current] [--versioned] -- GENERATOR_BUILD_FLAGS...
 
 With ``--versioned`` (what compose and Kubernetes run) the volume holds one versioned repository, ``versions``
 (docs/UPDATING.md), and ``current`` points at it: each new key adds a version with ``generator build --version
 next`` beside the others instead of replacing anything (the first one is stable, later ones are candidates that
-``deploy.rollout_job`` tries), and a key already built reuses its version (``version-keys.json`` in the volume maps
+``deploy.entrypoints.rollout_job`` tries), and a key already built reuses its version (``version-keys.json`` in the volume maps
 keys to versions). The rest of this docstring describes the classic layout, one unversioned build per key:
 
 The volume holds one directory per build, ``build-<key>``, and a symlink, ``current``, to the one Triton
@@ -36,7 +36,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from deploy.repository_check import checked
+from deploy.entrypoints.repository_check import checked
 from generator.errors import GeneratorError
 from generator.repository.files import sha256_file
 
@@ -91,7 +91,7 @@ def _generator(*args: str) -> int:
 
 
 def _accepted(repository: Path) -> bool:
-    """``generator check`` of ``repository`` on this machine (deploy/repository_check.py)."""
+    """``generator check`` of ``repository`` on this machine (deploy/entrypoints/repository_check.py)."""
     result = checked(repository)
     return result is not None and result.ok
 
@@ -206,7 +206,7 @@ def install_version(volume: Path, link: str, build_flags: Sequence[str]) -> tupl
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.build_models", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m deploy.entrypoints.build_models", description=__doc__.splitlines()[0])
     parser.add_argument("--volume", type=Path, default=Path("/models"), help="the mounted models volume")
     parser.add_argument("--link", default="current", help="symlink Triton's --model-repository names")
     parser.add_argument("--versioned", action="store_true",

@@ -1,7 +1,7 @@
 """The rollout's one-shot container (compose service ``rollout``/``rollout-cpu``): ``generator rollout`` against
 the stack's Triton, with the split published for the proxy as well as for the clients.
 
-    python3 -m deploy.rollout_job --model-repository=/models/current --url=127.0.0.1:8000 \\
+    python3 -m deploy.entrypoints.rollout_job --model-repository=/models/current --url=127.0.0.1:8000 \\
         --metrics-url=127.0.0.1:8002 --infer-url=grpc://127.0.0.1:8001 --admin-key-file=/run/secrets/admin_token \\
         --routing-dir=/models/routing [generator rollout flags: --window-s, --control-images, ...] [--rollback]
 
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 def _parser() -> argparse.ArgumentParser:
     from generator.operate.rollout import arguments as rollout_cli
 
-    parser = argparse.ArgumentParser(prog="python -m deploy.rollout_job", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m deploy.entrypoints.rollout_job", description=__doc__.splitlines()[0])
     rollout_cli.add_arguments(parser)
     parser.add_argument("--routing-dir", type=Path, required=True,
-                        help="where the proxy and the clients read the split (deploy/routing.py)")
+                        help="where the proxy and the clients read the split (deploy/entrypoints/routing.py)")
     parser.add_argument("--fleet", default=None, metavar="HOST",
                         help="drive every Triton HOST resolves to (a headless Service), on the ports of --url and "
                              "--metrics-url: load, metrics summed, promote and roll back on each")
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="rollout: %(message)s", stream=sys.stderr)
     try:
-        from deploy.routing import ROUTE_FILE, publish
+        from deploy.entrypoints.routing import ROUTE_FILE, publish
         from generator.operate.rollout.workflow import rollback, rollout
 
         to_proxy = partial(publish, args.routing_dir)

@@ -1,11 +1,11 @@
 """The Triton container's command: verify the repository, then serve it under the watchdog.
 
-    python3 -m deploy.serve_models --repository /models/current --watchdog /opt/deploy/watchdog.py \\
+    python3 -m deploy.entrypoints.serve_models --repository /models/current --watchdog /opt/deploy/watchdog.py \\
         --url 127.0.0.1:8000 --model yolo --failures 3 --interval-s 10 --timeout-s 5 --grace-s 40 \\
         --watchdog-metrics-port 8003 --watchdog-state /tmp/watchdog/state.json \
         [--restart-on stub_exited,dead_stub --restart-grace-s 5] -- tritonserver ARGS...
 
-1. ``generator check`` of REPOSITORY in this image (in-process, deploy/repository_check.py): files against the
+1. ``generator check`` of REPOSITORY in this image (in-process, deploy/entrypoints/repository_check.py): files against the
    manifest and, for a TensorRT plan, the plan against this image's libnvinfer and GPUs. A repository that
    would not load stops here
    with the check's own reason and exit code 1 (compose restarts with back-off, Kubernetes shows
@@ -33,8 +33,8 @@ class ServeError(Exception):
 
 def checked_flags(repository: Path) -> list[str]:
     """``generator check``: the verdict and its reasons (stderr), then the tritonserver flags the repository needs,
-    from one run of the check (deploy/repository_check.py)."""
-    from deploy.repository_check import checked
+    from one run of the check (deploy/entrypoints/repository_check.py)."""
+    from deploy.entrypoints.repository_check import checked
 
     result = checked(repository)
     if result is None or not result.ok:
@@ -67,7 +67,7 @@ def supervise_argv(args: argparse.Namespace, server: Sequence[str], extra_flags:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m deploy.serve_models", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m deploy.entrypoints.serve_models", description=__doc__.splitlines()[0])
     parser.add_argument("--repository", type=Path, required=True, help="the model repository tritonserver loads")
     parser.add_argument("--watchdog", type=Path, required=True, help="path of watchdog.py in this image")
     parser.add_argument("--url", required=True, help="Triton HTTP HOST:PORT the probes use")

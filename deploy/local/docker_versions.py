@@ -12,9 +12,8 @@ import shutil
 import subprocess
 
 from deploy.errors import DeployError
+from deploy.settings import MIN_COMPOSE, MIN_ENGINE
 
-MIN_ENGINE = (25, 0)
-MIN_COMPOSE = (2, 24)
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from deploy.errors import LocalStackError
 from deploy.local.stack import SITES_ROOT
-from deploy.render import NGINX_CONF, OUTPUTS
+from deploy.render.files import NGINX_CONF, OUTPUTS
 from generator.server.indexed_tar import IndexedTar
 
 INDEX = "tde-site.json"

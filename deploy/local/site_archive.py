@@ -139,7 +139,7 @@ def build_repository(settings: Settings, builder: str, into: Path, scratch: Path
 
 def write_compose(settings: Settings, into: Path) -> None:
     """The rendered files a started CPU stack reads, from these settings."""
-    from deploy.render import render_all
+    from deploy.render.files import render_all
 
     rendered = render_all(settings)
     for name in COMPOSE_FILES:

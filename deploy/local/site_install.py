@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from deploy.local import docker
-from deploy.local.engine import check_engine
+from deploy.local.docker_versions import check_engine
 from deploy.local.site import (
     FORMAT,
     IMAGES,
@@ -68,7 +68,7 @@ SITE_INDEX = "site.json"  # the installed archive's index (without its file list
 CANDIDATE = "candidate.json"
 ROLLOUT_RECORD = "install-rollout.json"  # the rollout a newer archive ran, beside the site's files
 # Run by the builder image as its own user, no network: stage, rename into place, link `current` where none is.
-# A volume already serving a versioned repository (deploy/build_models.py VERSIONS_DIR) is left as it is
+# A volume already serving a versioned repository (deploy/entrypoints/build_models.py VERSIONS_DIR) is left as it is
 # ("running"): the rollout adds the version.
 PLACE = r"""set -e
 b="$1"; cd "$2"; s=".$b.site"

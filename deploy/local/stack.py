@@ -23,7 +23,7 @@ from deploy.errors import LocalStackError
 from deploy.local import docker
 from deploy.local.bases import resolve_bases
 from deploy.local.credentials import Credentials, ensure_credentials
-from deploy.local.engine import check_engine
+from deploy.local.docker_versions import check_engine
 from deploy.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -2,10 +2,10 @@
 
 ``update`` runs the stack's builder once more (``docker compose run builder-cpu``, no network) with the user's ONNX
 mounted read-only and any extra ``generator build`` flags: the builder adds it as the next version of the
-versioned repository in the volume (deploy/build_models.py ``--versioned``), beside the stable one Triton serves.
+versioned repository in the volume (deploy/entrypoints/build_models.py ``--versioned``), beside the stable one Triton serves.
 Then the one-shot ``rollout-cpu`` service tries it on a share of the traffic, in the pod's network namespace with
 the admin token from its secret file, and promotes (and watches) it or rolls it back by itself
-(deploy/rollout_job.py). ``rollback`` runs the same service with ``--rollback``.
+(deploy/entrypoints/rollout_job.py). ``rollback`` runs the same service with ``--rollback``.
 """
 
 from __future__ import annotations

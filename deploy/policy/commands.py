@@ -93,8 +93,8 @@ def serve_command_violations(command: Sequence[str], settings: Settings, where: 
                              http_address: str = commands.LOOPBACK) -> list[str]:
     """The Triton container checks the repository, then runs tritonserver under the watchdog."""
     args = list(command)
-    if args[:3] != ["python3", "-m", "deploy.serve_models"] or "--" not in args:
-        return [f"{where}: the command must be `python3 -m deploy.serve_models ... -- tritonserver ...`, got {args[:3]}"]
+    if args[:3] != ["python3", "-m", "deploy.entrypoints.serve_models"] or "--" not in args:
+        return [f"{where}: the command must be `python3 -m deploy.entrypoints.serve_models ... -- tritonserver ...`, got {args[:3]}"]
     split = args.index("--")
     head, server = args[:split], args[split + 1:]
     timing = commands.stop_timing(settings)
@@ -128,7 +128,7 @@ def probe_violations(command: Sequence[str], settings: Settings, where: str) -> 
 
 
 def builder_command_violations(command: Sequence[str], settings: Settings, target: Target, where: str) -> list[str]:
-    """The builder fills the volume through deploy/build_models.py with exactly the build the settings describe.
+    """The builder fills the volume through deploy/entrypoints/build_models.py with exactly the build the settings describe.
 
     The build flags are read back through the generator's own option declarations and compared option by
     option with ``build_options(settings, target)``: a file edited by hand, or rendered from other settings,

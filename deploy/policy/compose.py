@@ -172,8 +172,8 @@ def _rollout_service(name: str, svc: dict[str, Any], builder: dict[str, Any], tr
     the secret file, the builder's image and the models volume writable (the index, records, the split)."""
     where = f"service {name}"
     problems = []
-    if list(svc.get("entrypoint") or []) != ["python3", "-m", "deploy.rollout_job", *commands.rollout_command(settings)]:
-        problems.append(f"{where}: entrypoint must be python3 -m deploy.rollout_job {commands.rollout_command(settings)}")
+    if list(svc.get("entrypoint") or []) != ["python3", "-m", "deploy.entrypoints.rollout_job", *commands.rollout_command(settings)]:
+        problems.append(f"{where}: entrypoint must be python3 -m deploy.entrypoints.rollout_job {commands.rollout_command(settings)}")
     if svc.get("network_mode") != POD_NETWORK or svc.get("ports") or svc.get("networks"):
         problems.append(f"{where}: must join the pod's network namespace (network_mode {POD_NETWORK}), no ports")
     if svc.get("image") != builder.get("image") or "build" in svc:

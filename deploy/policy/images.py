@@ -93,8 +93,8 @@ def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str
     if image.startswith("builder") and "-m generator build --prepare" not in text:
         problems.append(f"{name}: must prepare Triton 2.51's config schema at image build time (the builder "
                         "runs with no network)")
-    if image.startswith("builder") and 'ENTRYPOINT ["python3", "-m", "deploy.build_models"]' not in text:
-        problems.append(f"{name}: the entry point must be python3 -m deploy.build_models (atomic volume switch)")
+    if image.startswith("builder") and 'ENTRYPOINT ["python3", "-m", "deploy.entrypoints.build_models"]' not in text:
+        problems.append(f"{name}: the entry point must be python3 -m deploy.entrypoints.build_models (atomic volume switch)")
     return problems
 
 

@@ -245,8 +245,8 @@ def _rollout_job(job: dict[str, Any], settings: Settings) -> list[str]:
         return [*problems, f"{where}: one container, the rollout"]
     main = containers[0]
     args = [a for a in main.get("args") or [] if a != "--rollback"]
-    if main.get("command") != ["python3", "-m", "deploy.rollout_job"] or args != commands.k8s_rollout_command(settings):
-        problems.append(f"{where}: must run python3 -m deploy.rollout_job {' '.join(commands.k8s_rollout_command(settings))}")
+    if main.get("command") != ["python3", "-m", "deploy.entrypoints.rollout_job"] or args != commands.k8s_rollout_command(settings):
+        problems.append(f"{where}: must run python3 -m deploy.entrypoints.rollout_job {' '.join(commands.k8s_rollout_command(settings))}")
     if any(e.get("name") == "TRITON_ADMIN_TOKEN" and "value" in e for e in main.get("env") or []):
         problems.append(f"{where}: the admin token must not be a literal")
     volumes = {v["name"]: v for v in pod.get("volumes") or []}

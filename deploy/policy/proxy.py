@@ -59,7 +59,7 @@ def canary_violations(conf: str, settings: Settings, where: str = "proxy/nginx.c
 
 
 def _rollout_split_violations(text: str, splits: list[str], settings: Settings, where: str) -> list[str]:
-    """Without a rendered canary: the rollout's split (deploy/routing.py), 100 buckets of 1 %, alias by default,
+    """Without a rendered canary: the rollout's split (deploy/entrypoints/routing.py), 100 buckets of 1 %, alias by default,
     the candidate only where the rollout published its bucket under the routing folder."""
     buckets = re.findall(r'^\s*1% "(\d+)";\s*$', text, re.MULTILINE)
     want_buckets = [str(b) for b in range(commands.CANARY_BUCKETS - 1)]
@@ -75,4 +75,4 @@ def _rollout_split_violations(text: str, splits: list[str], settings: Settings, 
     if all(found):
         return []
     return [f"{where}: the rollout's split must send /v2/models/{settings.model_name}/infer to {settings.model_name} "
-            f"unless {commands.ROUTING_DIR}/canary/<bucket of 100> exists (deploy/routing.py)"]
+            f"unless {commands.ROUTING_DIR}/canary/<bucket of 100> exists (deploy/entrypoints/routing.py)"]

@@ -14,15 +14,14 @@ from typing import Any
 
 from deploy import commands, sizing
 from deploy import settings as settings_module
-from deploy.alerts import rule_groups
-from deploy.dashboard import build_dashboard
 from deploy.errors import RenderError
-from deploy.local import engine
-from deploy.settings import MIN_TRITON_RELEASE, Settings
+from deploy.render.alerts import rule_groups
+from deploy.render.dashboard import build_dashboard
+from deploy.settings import MIN_COMPOSE, MIN_ENGINE, MIN_TRITON_RELEASE, Settings
 from generator.server.embedded import TRITON_VERSION
 
-TEMPLATE_DIR = Path(__file__).parent / "templates"
-DEPLOY_DIR = Path(__file__).parent
+DEPLOY_DIR = Path(__file__).parents[1]  # the rendered files stay where compose and kubectl users find them
+TEMPLATE_DIR = DEPLOY_DIR / "templates"
 
 NGINX_CONF = "proxy/nginx.conf"
 NGINX_TEMPLATE = "proxy/nginx.conf.j2"
@@ -147,8 +146,8 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "shm_for": lambda gpu: sizing.shm_breakdown(settings, gpu),
         "triton_version": TRITON_VERSION,
         "server_cache": commands.SERVER_CACHE,
-        "min_engine": engine.version_text(engine.MIN_ENGINE),
-        "min_compose": engine.version_text(engine.MIN_COMPOSE),
+        "min_engine": ".".join(map(str, MIN_ENGINE)),
+        "min_compose": ".".join(map(str, MIN_COMPOSE)),
         "models_volume": commands.MODELS_VOLUME,
         "routing_dir": commands.ROUTING_DIR,
         "canary_buckets": commands.CANARY_BUCKETS,

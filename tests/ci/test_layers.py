@@ -288,3 +288,52 @@ def test_the_command_line_rule_catches_what_it_forbids() -> None:
              "generator.cli.rollback": {"generator.cli.rollout"}, "generator.__main__": {"generator.cli"}}
     assert command_line_importers(edges) == ["deploy.entrypoints.rollout_job -> generator.cli.rollout",
                                              "loadtest.cli -> generator.cli.registry"]
+
+
+# --- deploy/ in layers: what renders, what runs in the images, what drives a local stack --------------------------
+
+# Each part of deploy/ and the parts it may import. The base (settings, the generator flags the files carry,
+# sizing, schemas, policy rules) is read by all; the renderer and what runs inside the images never know each other,
+# nor what drives a stack; only the command line (python -m deploy) sees everything.
+DEPLOY_BASE = ("deploy.errors", "deploy.settings", "deploy.commands", "deploy.sizing", "deploy.validate",
+               "deploy.composefile", "deploy.policy")
+DEPLOY_PARTS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(DEPLOY_BASE, DEPLOY_BASE),
+    "deploy.render": (*DEPLOY_BASE, "deploy.render"),
+    "deploy.checks": (*DEPLOY_BASE, "deploy.render"),
+    "deploy.entrypoints": (*DEPLOY_BASE, "deploy.entrypoints"),
+    "deploy.local": (*DEPLOY_BASE, "deploy.render", "deploy.local"),
+    "deploy.cli": ("deploy",), "deploy.__main__": ("deploy.cli",),
+}
+
+
+def deploy_part(module: str) -> str:
+    found = [part for part in DEPLOY_PARTS if within(module, part)]
+    assert found, f"{module} belongs to no part of DEPLOY_PARTS"
+    return max(found, key=len)
+
+
+def deploy_violations(edges: Mapping[str, Iterable[str]]) -> list[str]:
+    """Imports inside deploy/ that a part may not make (the package's own __init__ imports nothing)."""
+    found = []
+    for source, targets in edges.items():
+        if not within(source, "deploy") or source == "deploy":
+            continue
+        allowed = DEPLOY_PARTS[deploy_part(source)]
+        found += [f"{source} -> {t}" for t in targets
+                  if within(t, "deploy") and not any(within(t, unit) for unit in allowed)]
+    return sorted(found)
+
+
+def test_nothing_in_deploy_imports_back_up() -> None:
+    assert deploy_violations(graph()) == [], "see DEPLOY_PARTS and deploy/README.md"
+    assert graph()["deploy"] == set()
+
+
+def test_the_deploy_rule_catches_what_it_forbids() -> None:
+    edges = {"deploy.render.files": {"deploy.local.docker_versions", "deploy.settings"},
+             "deploy.entrypoints.serve_models": {"deploy.render.files"}, "deploy.local.site": {"deploy.render.files"},
+             "deploy.settings": {"deploy.checks"}, "deploy.cli": {"deploy.local.stack"}}
+    assert deploy_violations(edges) == ["deploy.entrypoints.serve_models -> deploy.render.files",
+                                        "deploy.render.files -> deploy.local.docker_versions",
+                                        "deploy.settings -> deploy.checks"]

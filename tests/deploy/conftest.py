@@ -10,7 +10,7 @@ import pytest
 
 from deploy.checks import CHECK_SECRETS
 from deploy.composefile import load_compose_dir, parse_env
-from deploy.render import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, render_all, write_rendered
+from deploy.render.files import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, render_all, write_rendered
 from deploy.settings import Settings
 from deploy.validate import load_k8s_documents
 

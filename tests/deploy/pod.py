@@ -1,7 +1,7 @@
 """The deployment's pod, run here: the rendered entry point, watchdog, Triton and nginx, on loopback.
 
 What runs is what compose and Kubernetes run, with only the paths and ports of this machine swapped in:
-``deploy.build_models`` fills a volume directory and points ``current`` at the build; ``deploy.serve_models``
+``deploy.entrypoints.build_models`` fills a volume directory and points ``current`` at the build; ``deploy.entrypoints.serve_models``
 checks it and becomes the watchdog, which runs the embedded Triton 2.51 (the same tritonserver the NGC
 images ship, older) with the rendered flags; Debian's nginx runs the rendered ``proxy/nginx.conf`` with a
 self-signed certificate, as an unprivileged user like in the containers.
@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 
-from deploy import build_models, commands
-from deploy.render import NGINX_CONF, render_all, write_rendered
+from deploy import commands
+from deploy.entrypoints import build_models
+from deploy.render.files import NGINX_CONF, render_all, write_rendered
 from deploy.settings import Settings
 from generator.server.ports import free_ports
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy.alerts import alert_rules, metric_names, rule_groups
 from deploy.checks import alert_problems
-from deploy.dashboard import KNOWN_METRICS
 from deploy.errors import SettingsError
+from deploy.render.alerts import alert_rules, metric_names, rule_groups
+from deploy.render.dashboard import KNOWN_METRICS
 from deploy.settings import Settings, apply_overrides
 from tests.deploy.helpers import find_doc
 

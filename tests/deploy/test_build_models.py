@@ -1,6 +1,6 @@
-"""deploy/build_models.py: the models volume only ever points Triton at a complete repository.
+"""deploy/entrypoints/build_models.py: the models volume only ever points Triton at a complete repository.
 
-The kill test runs the real builder entry point (``python -m deploy.build_models`` with the rendered flags of
+The kill test runs the real builder entry point (``python -m deploy.entrypoints.build_models`` with the rendered flags of
 the CPU stack's builder, a real build of the demo) in a subprocess and SIGKILLs its process group at random
 moments, many of them while the repository is being written; after every kill ``current`` must be the old
 or the new repository, complete and accepted by ``generator check``.
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy import build_models, commands
-from deploy.build_models import VolumeError, install, remove_stale, switch_link
+from deploy import commands
+from deploy.entrypoints import build_models
+from deploy.entrypoints.build_models import VolumeError, install, remove_stale, switch_link
 from deploy.settings import Settings
 from generator.demo import DEMO_ONNX
 
@@ -107,7 +108,7 @@ def test_the_cli_says_what_is_wrong_in_one_line(tmp_path: Path, capsys: pytest.C
 
 
 def _start(volume: Path, flags: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "deploy.build_models", f"--volume={volume}", "--", *flags],
+    return subprocess.Popen([sys.executable, "-m", "deploy.entrypoints.build_models", f"--volume={volume}", "--", *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,17 @@ def test_show_prints_the_shm_arithmetic(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert "-> 448 MiB" in out and "PREPROCESSED 1228800" in out and "head 201600" in out
     assert "max_request_bytes (proxy body limit, --http-max-input-size) = 33620096 B" in out
+
+
+def test_help_and_the_module_docstring_name_every_subcommand(capsys) -> None:
+    import deploy.cli
+
+    with pytest.raises(SystemExit):
+        deploy.cli.main(["--help"])
+    shown = capsys.readouterr().out
+    subcommands = next(a.choices for a in deploy.cli._parser()._actions
+                       if isinstance(a, argparse._SubParsersAction))
+    assert len(subcommands) == 11
+    for name in subcommands:
+        assert f"``{name}``" in (deploy.cli.__doc__ or ""), name
+        assert f"    {name} " in shown, name

@@ -178,7 +178,7 @@ def test_triton_entry_point_probe_grace_shm_and_builder_dependency(compose: dict
     for name, builder in (("triton", "builder"), ("triton-cpu", "builder-cpu")):
         svc = compose["services"][name]
         assert svc["depends_on"][builder] == {"condition": "service_completed_successfully"}
-        assert svc["command"][:3] == ["python3", "-m", "deploy.serve_models"]
+        assert svc["command"][:3] == ["python3", "-m", "deploy.entrypoints.serve_models"]
         assert svc["restart"] == "unless-stopped" and svc["init"] is True
         assert svc["stop_grace_period"] == "45s"  # > watchdog grace 40 s > --exit-timeout-secs=30
         assert "--grace-s=40" in svc["command"] and "--exit-timeout-secs=30" in svc["command"]
@@ -209,7 +209,7 @@ def test_triton_entry_point_probe_grace_shm_and_builder_dependency(compose: dict
 
 def test_gpu_host_ulimits_are_settings() -> None:
     """memlock and stack are settings of the GPU stack: 0 leaves one out, both 0 leave none."""
-    from deploy.render import render_all
+    from deploy.render.files import render_all
 
     def limits(**overrides: Any) -> dict[str, Any]:
         text = render_all(Settings(**overrides))["docker-compose.yml"]
@@ -321,7 +321,7 @@ def test_each_rule_catches_its_regression(compose: dict[str, Any], env: dict[str
         (lambda c: [a.replace("current", "yolo") if a.startswith("--model-repository") else a for a in c],
          "--model-repository"),
         (lambda c: [a for a in c if not a.startswith("--grace-s")], "--grace-s"),
-        (lambda c: c[c.index("--") + 1:], "deploy.serve_models"),
+        (lambda c: c[c.index("--") + 1:], "deploy.entrypoints.serve_models"),
     ],
 )
 def test_flag_rules_catch_their_regression(compose: dict[str, Any], env: dict[str, str], settings: Settings,
@@ -365,7 +365,7 @@ def test_the_gpu_preprocess_installs_its_extra_sizes_the_cuda_pool_and_reaches_t
     """preprocess_device=gpu: the `gpu` extra where Triton runs and where `generator check` verifies it, Triton's
     CUDA memory pool for the images between the steps, and --preprocess-device gpu for the GPU stack only."""
     from deploy.checks import run_checks
-    from deploy.render import render_all, write_rendered
+    from deploy.render.files import render_all, write_rendered
 
     settings = Settings(preprocess_device="gpu", nms_in_graph=True)
     rendered = render_all(settings)

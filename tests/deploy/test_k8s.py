@@ -11,7 +11,7 @@ import yaml
 
 from deploy import sizing
 from deploy.policy import k8s_violations
-from deploy.render import HPA_METRIC_NAME, K8S_RESOURCE_FILES
+from deploy.render.files import HPA_METRIC_NAME, K8S_RESOURCE_FILES
 from deploy.settings import Settings
 from deploy.validate import k8s_schema_errors, kustomization_errors
 
@@ -82,7 +82,7 @@ def test_deployment_gpu_probes_shm_and_token(k8s_docs: Docs, settings: Settings)
     assert shm == {"medium": "Memory", "sizeLimit": f"{sizing.shm_size_bytes(settings) // sizing.MIB}Mi"}
     assert main["resources"]["limits"]["memory"] == f"{sizing.pod_memory_limit_mib(settings)}Mi"
     assert any("$(TRITON_ADMIN_TOKEN)" in a for a in main["args"])
-    assert main["args"][:3] == ["python3", "-m", "deploy.serve_models"]
+    assert main["args"][:3] == ["python3", "-m", "deploy.entrypoints.serve_models"]
     # gRPC: loopback, behind the proxy; HTTP for the rollout Job (the NetworkPolicy admits only its pods).
     assert [p["name"] for p in main["ports"]] == ["http", "metrics", "watchdog"]
     assert "--http-address=0.0.0.0" in main["args"] and "--grpc-address=127.0.0.1" in main["args"]
@@ -182,10 +182,10 @@ def _args(docs: Docs, job: str) -> list[str]:
             {"port": "https", "protocol": "TCP"}), "more than HTTP and metrics"),
         (lambda d: find_doc(d, "Job", "triton-rollout")["spec"]["template"]["metadata"]["labels"].update(
             {"app.kubernetes.io/name": "other"}), "the NetworkPolicy admits them"),
-        (lambda d: _args(d, "triton-rollout").__setitem__(1, "--fleet=triton.yolo-serving.svc"), "deploy.rollout_job"),
+        (lambda d: _args(d, "triton-rollout").__setitem__(1, "--fleet=triton.yolo-serving.svc"), "deploy.entrypoints.rollout_job"),
         (lambda d: _args(d, "triton-rollout").__setitem__(2, "--url=triton.yolo-serving.svc:8443"),
-         "deploy.rollout_job"),
-        (lambda d: _args(d, "triton-rollback").append("--admin-key=plain"), "deploy.rollout_job"),
+         "deploy.entrypoints.rollout_job"),
+        (lambda d: _args(d, "triton-rollback").append("--admin-key=plain"), "deploy.entrypoints.rollout_job"),
         (lambda d: _pod(d, "Job", "triton-rollout")["containers"][0]["env"].append(
             {"name": "TRITON_ADMIN_TOKEN", "value": "plain"}), "not be a literal"),
         (lambda d: next(v for v in _pod(d, "Job", "triton-rollout")["volumes"] if v["name"] == "admin-token")[
@@ -238,7 +238,7 @@ def test_the_cpu_stack_renders_a_deployment_on_the_slim_images_without_a_gpu(tmp
     """kubernetes_stack cpu: the CPU stack's builder and slim Triton image, --target embedded, no GPU requested;
     the default (GPU) render checked against these settings misses all of it."""
     from deploy.checks import run_checks
-    from deploy.render import render_all, write_rendered
+    from deploy.render.files import render_all, write_rendered
 
     settings = Settings(kubernetes_stack="cpu")
     write_rendered(render_all(settings), tmp_path)
@@ -264,7 +264,7 @@ def test_the_cpu_stack_renders_a_deployment_on_the_slim_images_without_a_gpu(tmp
 def test_a_gpu_product_pins_the_pods_and_the_build_to_it_and_a_storage_class_is_named(tmp_path: Path) -> None:
     """The plan is built on the build Job's GPU: with gpu_product set, the Job and every pod land on that product."""
     from deploy.checks import run_checks
-    from deploy.render import render_all, write_rendered
+    from deploy.render.files import render_all, write_rendered
 
     settings = Settings(gpu_product="NVIDIA-H100-80GB-HBM3", models_storage_class="nfs-client")
     write_rendered(render_all(settings), tmp_path)

@@ -11,7 +11,7 @@ import pytest
 
 from deploy.cli import main
 from deploy.errors import LocalStackError
-from deploy.local import bases, engine
+from deploy.local import bases, docker_versions
 from deploy.local.credentials import ensure_credentials
 from deploy.local.stack import UNUSED_NGC_DIGEST, LocalStack, stack_env
 from deploy.policy.compose import PINNED_ENV
@@ -23,7 +23,7 @@ from deploy.settings import Settings
     ("", None), ("Cannot connect to the Docker daemon", None),
 ])
 def test_versions_are_read_as_the_clis_print_them(text: str, version: tuple[int, int] | None) -> None:
-    assert engine.parse_version(text) == version
+    assert docker_versions.parse_version(text) == version
 
 
 def _fake_docker(folder: Path, server: str, compose: str) -> dict[str, str]:
@@ -43,14 +43,14 @@ def test_an_engine_or_compose_below_the_floor_is_named_before_anything_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: str, compose: str, message: str) -> None:
     for key, value in _fake_docker(tmp_path, server, compose).items():
         monkeypatch.setenv(key, value)
-    with pytest.raises(engine.EngineError, match=message):
-        engine.check_engine()
+    with pytest.raises(docker_versions.EngineError, match=message):
+        docker_versions.check_engine()
 
 
 def test_engine_26_and_compose_2_26_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in _fake_docker(tmp_path, "26.1.5+dfsg1", "2.26.1").items():
         monkeypatch.setenv(key, value)
-    assert engine.check_engine() == ((26, 1), (2, 26))
+    assert docker_versions.check_engine() == ((26, 1), (2, 26))
 
 
 def _openssl(*args: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from deploy.checks import monitoring_problems
-from deploy.dashboard import KNOWN_METRICS, build_dashboard, metric_names
+from deploy.render.dashboard import KNOWN_METRICS, build_dashboard, metric_names
 from deploy.settings import Settings
 
 
@@ -110,7 +110,7 @@ def test_monitoring_check_flags_unknown_metrics(rendered_dir: Path, tmp_path: Pa
 def test_every_promql_query_parses(dashboard: dict[str, Any], settings: Settings) -> None:
     """Dashboard panels and the autoscaler's adapter query are valid PromQL (Rust promql-parser)."""
     promql = pytest.importorskip("promql_parser")
-    from deploy.render import adapter_metrics_query
+    from deploy.render.files import adapter_metrics_query
 
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     # prometheus-adapter fills these template fields before sending the query.

@@ -8,7 +8,7 @@ import pytest
 
 from deploy.checks import read_pyproject
 from deploy.policy import extras_violations, proxy_violations
-from deploy.render import NGINX_CONF, render_all
+from deploy.render.files import NGINX_CONF, render_all
 from deploy.settings import Settings
 
 

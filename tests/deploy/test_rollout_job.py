@@ -1,4 +1,4 @@
-"""deploy.rollout_job --fleet: the Kubernetes Job's way to every Triton pod behind the headless Service."""
+"""deploy.entrypoints.rollout_job --fleet: the Kubernetes Job's way to every Triton pod behind the headless Service."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy import rollout_job
 from deploy.commands import k8s_rollout_command
+from deploy.entrypoints import rollout_job
 from deploy.settings import Settings
 from generator.operate.fleet import FleetControl
 

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from clients.canary import Route, read_route
-from deploy import commands, routing
-from deploy.render import NGINX_CONF, render_all
+from deploy import commands
+from deploy.entrypoints import routing
+from deploy.render.files import NGINX_CONF, render_all
 from deploy.settings import Settings
 from generator.server.ports import free_ports
 

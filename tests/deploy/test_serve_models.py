@@ -1,4 +1,4 @@
-"""deploy/serve_models.py: the Triton container checks its repository, then serves it under the watchdog."""
+"""deploy/entrypoints/serve_models.py: the Triton container checks its repository, then serves it under the watchdog."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy import serve_models
+from deploy.entrypoints import serve_models
 from deploy.settings import Settings
 from generator.demo import DEMO_ONNX
 
@@ -20,7 +20,7 @@ from .pod import WATCHDOG, install_repository, pod_settings, running_pod, stop
 
 
 def _serve(repository: Path, server: list[str]) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "deploy.serve_models", f"--repository={repository}", f"--watchdog={WATCHDOG}",
+    argv = [sys.executable, "-m", "deploy.entrypoints.serve_models", f"--repository={repository}", f"--watchdog={WATCHDOG}",
             "--url=127.0.0.1:1", "--model=yolo", "--failures=1", "--interval-s=1", "--timeout-s=0.5",
             "--grace-s=1", "--", *server]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)

@@ -40,7 +40,7 @@ def tree(volume: Path) -> dict[str, bytes | str]:
 
 def test_a_new_site_gets_the_versioned_repository_as_served_and_a_running_one_is_left_untouched(
         tmp_path: Path) -> None:
-    from deploy.build_models import VERSIONS_DIR
+    from deploy.entrypoints.build_models import VERSIONS_DIR
 
     assert VERSIONS_DIR == "versions"  # the name the placing script knows a versioned volume by
     volume = tmp_path / "models"

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from tritonclient.utils import InferenceServerException
 
-from deploy.alerts import rule_groups
+from deploy.render.alerts import rule_groups
 from deploy.settings import Settings, apply_overrides
 from generator.server.gpu_metrics import GpuMonitor
 from generator.server.watchdog import WatchdogMetrics

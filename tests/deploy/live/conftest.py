@@ -25,7 +25,7 @@ import pytest
 from clients import ClientError, DetectionClient
 from deploy.composefile import parse_env
 from deploy.local import stack as local_stack
-from deploy.local.engine import EngineError, check_engine
+from deploy.local.docker_versions import EngineError, check_engine
 
 REPO = Path(__file__).resolve().parents[3]
 ORDER = ("test_serving", "test_monitoring", "test_loadtest", "test_rollout", "test_faults", "test_site")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from deploy.alerts import rule_groups
+from deploy.render.alerts import rule_groups
 from deploy.settings import Settings
 from generator.serving.contract import DETECTIONS_METRIC, IMAGES_METRIC
 
