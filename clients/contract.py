@@ -7,7 +7,7 @@ Deployments restrict the model-config group (generator/server/hardening.py), so 
   from the model repository (batch limit and class names), no server call at all;
 - the open model-metadata API: input and output names, dtypes and shapes (so the contract is checked),
   and whether the ensemble batches (a leading -1). It carries neither the batch limit nor parameters;
-- the model config with the admin key, or on a server that does not restrict it: batch limit, class names.
+- the model config with the admin token, or on a server that does not restrict it: batch limit, class names.
 
 An unknown batch limit is learned from Triton's own answer to a request that exceeds it
 ("inference request batch-size must be <= 8 for 'yolo'", core: InferenceRequest::Normalize).

@@ -5,18 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from clients import admin_token
 from clients.detection import DetectionResult
 from clients.errors import ClientError
 from clients.retry import DEFAULT_RETRY
 from clients.sync_client import DEFAULT_URL
-from generator.serving.contract import ADMIN_TOKEN_ENV
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,14 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--retries", type=int, default=DEFAULT_RETRY.attempts - 1, metavar="N",
         help="resend a request the server could not take (overload, restart) up to N times (default: %(default)s)",
     )
-    parser.add_argument(
-        "--admin-key", default=os.environ.get(ADMIN_TOKEN_ENV) or None, metavar="KEY",
-        help=f"key of the restricted model-config API, for class names (default: ${ADMIN_TOKEN_ENV})",
-    )
-    parser.add_argument(
-        "--admin-key-file", type=Path, metavar="PATH",
-        help="read the admin key from this file (e.g. admin_token_file of `python -m deploy up --local`)",
-    )
+    admin_token.add_arguments(parser, "for the class names in the restricted model config")
     parser.add_argument(
         "--ca-cert", type=Path, metavar="PATH",
         help="CA certificate a grpcs:// or https:// server's certificate is signed by (a deployment's own CA; "
@@ -88,8 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         return _fail(f"image not found or not a file: {', '.join(missing)}")
     try:
-        if args.admin_key_file is not None:
-            args.admin_key = read_key_file(args.admin_key_file)
+        args.admin_token = admin_token.token_from(args)
         _run(args, sys.stdout)
     except ClientError as exc:
         return _fail(str(exc))
@@ -106,7 +97,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
     info = load_model_info(args.model_config) if args.model_config else None
     with DetectionClient(
         args.url, protocol=args.protocol, model=info.name if info else args.model, timeout_s=args.timeout,
-        retry=replace(DEFAULT_RETRY, attempts=args.retries + 1), admin_key=args.admin_key, model_info=info,
+        retry=replace(DEFAULT_RETRY, attempts=args.retries + 1), admin_key=args.admin_token, model_info=info,
         ca_cert=args.ca_cert,
     ) as client:
         for start in range(0, len(args.images), args.batch):
@@ -120,18 +111,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
                 out.flush()
         if not client.model_info.class_names:
             print("note: class names unknown (the server restricts its model config): "
-                  "pass --admin-key or --model-config; classes print as class_<id>", file=sys.stderr)
+                  "pass --admin-token or --model-config; classes print as class_<id>", file=sys.stderr)
 
 
-def read_key_file(path: Path) -> str:
-    """The admin key kept in a file (first line, whitespace stripped)."""
-    try:
-        key = path.read_text(encoding="utf-8").strip().splitlines()
-    except OSError as exc:
-        raise ClientError(f"cannot read the admin key file {path}: {exc.strerror or exc}") from None
-    if not key or not key[0].strip():
-        raise ClientError(f"the admin key file {path} is empty")
-    return key[0].strip()
 
 
 def format_json(path: Path, result: DetectionResult) -> str:

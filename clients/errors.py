@@ -24,7 +24,7 @@ class TlsError(ClientError):
 class RestrictedApiError(ClientError):
     """The server restricts this API (an admin group such as model-config) and the call had no valid key.
 
-    Never retried: the same call fails the same way until the admin key is given.
+    Never retried: the same call fails the same way until the admin token is given.
     """
 
 

@@ -182,7 +182,7 @@ def rollout_command(settings: Settings) -> list[str]:
         f"--url={LOOPBACK}:{settings.http_port}",
         f"--metrics-url={LOOPBACK}:{settings.metrics_port}",
         f"--infer-url=grpc://{LOOPBACK}:{settings.grpc_port}",
-        f"--admin-key-file={ADMIN_TOKEN_FILE}",
+        f"--admin-token-file={ADMIN_TOKEN_FILE}",
         f"--routing-dir={ROUTING_DIR}",
     ]
 
@@ -197,6 +197,6 @@ def k8s_rollout_command(settings: Settings) -> list[str]:
         f"--url={host}:{settings.http_port}",
         f"--metrics-url={host}:{settings.metrics_port}",
         f"--infer-url=http://{host}:{settings.http_port}",
-        f"--admin-key-file={ADMIN_TOKEN_FILE}",
+        f"--admin-token-file={ADMIN_TOKEN_FILE}",
         f"--routing-dir={ROUTING_DIR}",
     ]

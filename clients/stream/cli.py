@@ -8,13 +8,13 @@ import contextlib
 import json
 import logging
 import math
-import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from clients import admin_token
 from clients.endpoint import tls_options
 from clients.errors import ClientError
 from clients.stream.camera_tls import CameraTls, is_rtsps
@@ -23,7 +23,6 @@ from clients.stream.reader import ReaderSettings
 from clients.stream.runner import Sink, StreamSettings, run_streams
 from clients.stream.sources import SourceSpec, parse_sources
 from clients.sync_client import DEFAULT_URL
-from generator.serving.contract import ADMIN_TOKEN_ENV
 
 logger = logging.getLogger("clients.stream")
 EXIT_STREAM_FAILED = 2
@@ -60,8 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--timeout", type=_positive, default=5.0, metavar="S",
                         help="per-frame deadline; a later answer is counted as failed (default: %(default)s)")
     server.add_argument("--ca-cert", type=Path, metavar="PEM", help="CA certificate for grpcs:// and https:// URLs")
-    server.add_argument("--admin-key", default=os.environ.get(ADMIN_TOKEN_ENV) or None, metavar="KEY",
-                        help=f"key of the restricted model-config API, for class names (default: ${ADMIN_TOKEN_ENV})")
+    admin_token.add_arguments(server, "for the class names in the restricted model config", file=False)
     server.add_argument("--model-config", type=Path, metavar="PATH",
                         help="the ensemble's config.pbtxt (or its folder): class names without the key")
     flow = parser.add_argument_group("frames")
@@ -113,7 +111,7 @@ def settings_from(args: argparse.Namespace) -> StreamSettings:
     return StreamSettings(
         url=args.url, protocol=args.protocol, model=info.name if info else args.model, timeout_s=args.timeout,
         in_flight=args.in_flight, queue=args.queue, jpeg_quality=args.jpeg_quality, duration_s=args.duration,
-        admin_key=args.admin_key, model_info=info, client_options=tls_options(args.url, args.protocol, args.ca_cert),
+        admin_key=admin_token.token_from(args), model_info=info, client_options=tls_options(args.url, args.protocol, args.ca_cert),
         reader=ReaderSettings(fps=args.fps, loop=args.loop, max_frames=args.max_frames,
                               reconnect_max_s=args.reconnect_max, max_reconnects=args.max_reconnects),
         decode=DecodeOptions(rtsp_transport=args.rtsp_transport, open_timeout_s=args.open_timeout,

@@ -2,7 +2,7 @@
 the stack's Triton, with the split published for the proxy as well as for the clients.
 
     python3 -m deploy.entrypoints.rollout_job --model-repository=/models/current --url=127.0.0.1:8000 \\
-        --metrics-url=127.0.0.1:8002 --infer-url=grpc://127.0.0.1:8001 --admin-key-file=/run/secrets/admin_token \\
+        --metrics-url=127.0.0.1:8002 --infer-url=grpc://127.0.0.1:8001 --admin-token-file=/run/secrets/admin_token \\
         --routing-dir=/models/routing [generator rollout flags: --window-s, --control-images, ...] [--rollback]
 
 On Kubernetes (``--fleet``, the Job deploy/k8s/rollout-job.yaml) it drives every Triton pod behind the headless
@@ -57,7 +57,7 @@ def fleet_control(args: argparse.Namespace) -> FleetControl:
     from generator.operate.rollout import arguments as rollout_cli
 
     servers = headless(args.fleet, _port(args.url, "--url"), _port(args.metrics_url, "--metrics-url"))
-    return FleetControl(servers, rollout_cli.admin_key(args))
+    return FleetControl(servers, rollout_cli.admin_token_of(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,10 +74,10 @@ def _announce(server: EmbeddedServer, admin: AdminAccess, start: int, watchdog_p
           f"metrics {server.metrics_url}{watchdog}; models: {', '.join(_served_models(server))}", flush=True)
     where = f"header '{admin.header}', gRPC metadata '{GRPC_HEADER_PREFIX}{admin.header}'"
     if admin.generated:
-        print(f"Admin APIs ({', '.join(admin.groups)}) are restricted; key ({where}): {admin.token}", flush=True)
-        print(f"  (set {ADMIN_TOKEN_ENV} to choose the key)", flush=True)
+        print(f"Admin APIs ({', '.join(admin.groups)}) are restricted; token ({where}): {admin.token}", flush=True)
+        print(f"  (set {ADMIN_TOKEN_ENV} to choose the token)", flush=True)
     else:
-        print(f"Admin APIs ({', '.join(admin.groups)}) are restricted to the key in {ADMIN_TOKEN_ENV} ({where}).",
+        print(f"Admin APIs ({', '.join(admin.groups)}) are restricted to the token in {ADMIN_TOKEN_ENV} ({where}).",
               flush=True)
     print("Press Ctrl-C to stop.", flush=True)
 

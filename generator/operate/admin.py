@@ -64,7 +64,7 @@ class ModelControl:
                 return bytes(response.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:300]
-            hint = " (pass --admin-key or set TRITON_ADMIN_TOKEN)" if exc.code == 403 else ""
+            hint = " (pass --admin-token or set TRITON_ADMIN_TOKEN)" if exc.code == 403 else ""
             raise TritonRefusedError(f"{path}: HTTP {exc.code}: {detail}{hint}", exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             raise TritonAdminError(f"cannot reach Triton at {self.http_url}: {exc}") from None

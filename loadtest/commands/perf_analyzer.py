@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from clients import admin_token
 from clients.contract import admin_headers
-from generator.serving.contract import ADMIN_TOKEN_ENV
 
 from ..errors import MetricsError
 from ..images import DEFAULT_SIZES, build_corpus
@@ -42,14 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sla-p95-ms", type=float, default=None, help="exit 2 if any level's p95 exceeds this")
     parser.add_argument("--binary", type=Path, default=None, help="perf_analyzer to use (default: the venv's)")
     parser.add_argument("--out", type=Path, default=Path("runs") / "perf-analyzer", help="report folder")
-    parser.add_argument("--admin-key", default=os.environ.get(ADMIN_TOKEN_ENV) or None,
-                        help=f"key of the restricted model-config API perf_analyzer reads (default: ${ADMIN_TOKEN_ENV})")
+    admin_token.add_arguments(parser, "for the restricted model config perf_analyzer reads", file=False)
     parser.add_argument("--inputs-only", action="store_true",
                         help="only write the --input-data JSON and print the command")
 
 
 def admin_header_args(protocol: str, admin_key: str | None) -> tuple[str, ...]:
-    """perf_analyzer reads the model config, which deployments restrict to the admin key (-H name:value)."""
+    """perf_analyzer reads the model config, which deployments restrict to the admin token (-H name:value)."""
     return tuple(arg for name, value in admin_headers(protocol, admin_key).items() for arg in ("-H", f"{name}:{value}"))
 
 
@@ -59,7 +58,7 @@ def _config(args: argparse.Namespace, inputs: Path) -> PerfAnalyzerRun:
         csv_path=args.out / "perf_analyzer.csv", concurrency=parse_concurrency(args.concurrency),
         measurement_interval_ms=args.measurement_interval, stability_percentage=args.stability_percentage,
         max_trials=args.max_trials, percentile=args.percentile, request_count=args.request_count,
-        extra_args=admin_header_args(args.protocol, args.admin_key),
+        extra_args=admin_header_args(args.protocol, admin_token.token_from(args)),
     )
 
 

@@ -7,6 +7,8 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
+from clients import admin_token
+
 from ..errors import LoadTestError
 from ..machine import machine_info
 from ..sizing import DEFAULT_UTILISATION, Limits, Target, frames_for
@@ -34,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "8002; a TLS URL has none unless given)")
     parser.add_argument("--server-pid", type=int, default=None, help="tritonserver's pid for the RSS peak (default: "
                         "the process listening on the URL's port, when it is on this machine)")
-    parser.add_argument("--admin-key", default=None, help="the restricted model-config key, if the server wants it")
+    admin_token.add_arguments(parser, "for the restricted model config, if the server wants it", file=False,
+                              env_default=False)
     parser.add_argument("--label", default="sizing")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: runs/sizing)")
 
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     except ClientError as exc:
         raise LoadTestError(str(exc)) from None
     metrics = args.metrics_url or (None if tls else default_metrics_url(args.url, args.protocol or "grpc"))
-    target = Target(args.url, args.protocol, args.model, args.timeout, options, args.admin_key)
+    target = Target(args.url, args.protocol, args.model, args.timeout, options, admin_token.token_from(args))
     plan = Ramp(Limits(args.fps, args.p95_ms, args.max_drop), args.utilisation, args.warmup, args.window,
                 args.max_streams, metrics, None if tls else _server_pid(args, address))
     started = datetime.now(timezone.utc)

@@ -111,19 +111,22 @@ def test_output_names_stay_unique():
     assert [names[p] for p in paths] == ["a.jpg", "a-1.jpg", "A-2.jpg", "b.png"]
 
 
-def test_the_admin_key_and_the_ca_come_from_files(image, tmp_path, capsys):
-    """--admin-key-file reads a key kept in a file (deploy up's admin_token_file); --ca-cert is for TLS URLs."""
-    from clients.detect import read_key_file
+def test_the_admin_token_and_the_ca_come_from_files(image, tmp_path, capsys):
+    """--admin-token-file reads a token kept in a file (deploy up's admin_token_file); --ca-cert is for TLS URLs.
+    The old spelling --admin-key-file still works and warns."""
+    from clients.admin_token import read_token_file
 
-    key = tmp_path / "admin-token"
-    key.write_text("0123abcd\n")
-    assert read_key_file(key) == "0123abcd"
+    token = tmp_path / "admin-token"
+    token.write_text("0123abcd\n")
+    assert read_token_file(token) == "0123abcd"
     empty = tmp_path / "empty"
     empty.write_text("\n")
-    assert main([str(image), "--admin-key-file", str(empty)]) == 1
-    assert f"the admin key file {empty} is empty" in capsys.readouterr().err
+    assert main([str(image), "--admin-token-file", str(empty)]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"error: the admin token file {empty} is empty"]
     assert main([str(image), "--admin-key-file", str(tmp_path / "missing")]) == 1
-    assert "cannot read the admin key file" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: --admin-key-file is renamed --admin-token-file (the old name will go)",
+        f"error: cannot read the admin token file {tmp_path / 'missing'}: No such file or directory"]
     ca = tmp_path / "ca.crt"
     ca.write_text("unused")
     assert main([str(image), "--url", "grpc://127.0.0.1:1", "--ca-cert", str(ca)]) == 1

@@ -185,7 +185,7 @@ def _args(docs: Docs, job: str) -> list[str]:
         (lambda d: _args(d, "triton-rollout").__setitem__(1, "--fleet=triton.yolo-serving.svc"), "deploy.entrypoints.rollout_job"),
         (lambda d: _args(d, "triton-rollout").__setitem__(2, "--url=triton.yolo-serving.svc:8443"),
          "deploy.entrypoints.rollout_job"),
-        (lambda d: _args(d, "triton-rollback").append("--admin-key=plain"), "deploy.entrypoints.rollout_job"),
+        (lambda d: _args(d, "triton-rollback").append("--admin-token=plain"), "deploy.entrypoints.rollout_job"),
         (lambda d: _pod(d, "Job", "triton-rollout")["containers"][0]["env"].append(
             {"name": "TRITON_ADMIN_TOKEN", "value": "plain"}), "not be a literal"),
         (lambda d: next(v for v in _pod(d, "Job", "triton-rollout")["volumes"] if v["name"] == "admin-token")[

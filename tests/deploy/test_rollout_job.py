@@ -17,7 +17,7 @@ def test_the_rendered_job_arguments_drive_every_server_on_the_admin_ports(tmp_pa
     assert args.fleet == "triton-admin.yolo-serving.svc"
     token = tmp_path / "admin_token"
     token.write_text("s3cret\n")
-    args.fleet, args.admin_key_file = "localhost", token  # a name this machine resolves
+    args.fleet, args.admin_token_file = "localhost", token  # a name this machine resolves
     control = rollout_job.fleet_control(args)
     assert isinstance(control, FleetControl) and control.admin_key == "s3cret"  # from the Secret's file
     members = control.members()

@@ -195,7 +195,7 @@ def test_cli_json_and_annotate(triton_server, reference, images, expected, tmp_p
         str(out_dir),
         "--batch",
         "4",
-        "--admin-key",
+        "--admin-token",
         triton_server.admin_key,
     ]
     assert detect_main(argv) == 0

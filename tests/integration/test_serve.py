@@ -18,7 +18,7 @@ from tests.integration.serve_process import ServeProcess
 
 pytestmark = pytest.mark.integration
 
-KEY_LINE = r"Admin APIs \((?P<groups>[^)]*)\) are restricted; key \(header 'admin-key', .*\): (?P<key>[0-9a-f]{64})$"
+KEY_LINE = r"Admin APIs \((?P<groups>[^)]*)\) are restricted; token \(header 'admin-key', .*\): (?P<key>[0-9a-f]{64})$"
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_key_from_the_environment_is_used_and_not_printed(demo_repository: Path,
     key = "k" * 40
     serve = ServeProcess([demo_repository], env={"TRITON_ADMIN_TOKEN": key}, log_file=tmp_path / "serve.log")
     try:
-        serve.wait_for(r"are restricted to the key in TRITON_ADMIN_TOKEN \(header 'admin-key'")
+        serve.wait_for(r"are restricted to the token in TRITON_ADMIN_TOKEN \(header 'admin-key'")
         assert status(f"http://{serve.http_url}/v2/models/yolo/config", {"admin-key": key}) == 200
     finally:
         assert serve.stop() == 0

@@ -60,7 +60,7 @@ def test_four_cameras_at_five_fps_answer_every_stream_without_errors(triton_serv
     sources = [f"cam{i}={rtsp.url(f'cam{i}')}" for i in range(CAMERAS)]
     run = subprocess.run(
         [sys.executable, "-m", "clients.stream", *sources, "--url", triton_server.grpc_url, "--duration", "8",
-         "--admin-key", triton_server.admin_key, "--summary-json", str(summary_path)],
+         "--admin-token", triton_server.admin_key, "--summary-json", str(summary_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=90,
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -195,7 +195,7 @@ def _stream_command(triton_server, tmp_path: Path, source: str, *flags: str) -> 
     summary_path = tmp_path / "summary.json"
     run = subprocess.run(
         [sys.executable, "-m", "clients.stream", source, "--url", triton_server.grpc_url, "--duration", "5",
-         "--admin-key", triton_server.admin_key, "--summary-json", str(summary_path), "--quiet", *flags],
+         "--admin-token", triton_server.admin_key, "--summary-json", str(summary_path), "--quiet", *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=90,
     )
     (summary,) = json.loads(summary_path.read_text())["streams"]

@@ -51,7 +51,7 @@ def test_camera_users_report_drops_and_p95_per_camera(triton_server, tmp_path, m
 
 def test_sizing_ramps_streams_and_puts_the_formula_beside_the_measurement(triton_server, tmp_path):
     result = _loadtest("sizing", "--url", triton_server.grpc_url, "--model", triton_server.model_name,
-                       "--metrics-url", triton_server.metrics_url, "--admin-key", triton_server.admin_key,
+                       "--metrics-url", triton_server.metrics_url, "--admin-token", triton_server.admin_key,
                        "--fps", "5", "--p95-ms", "3000", "--max-drop", "0.5", "--window", "4", "--warmup", "1",
                        "--max-streams", "2", "--sizes", "640x480", "--label", "test", "--out", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr

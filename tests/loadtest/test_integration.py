@@ -102,7 +102,7 @@ def test_perf_analyzer_with_real_images(triton_server, tmp_path):
     result = _loadtest("perf-analyzer", "--url", triton_server.grpc_url, "--model", triton_server.model_name,
                        "--metrics-url", triton_server.metrics_url, "--sizes", "640x480", "--images-per-size", "2",
                        "--concurrency", "1:2", "--request-count", "6", "--out", str(tmp_path),
-                       "--admin-key", triton_server.admin_key)
+                       "--admin-token", triton_server.admin_key)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [p["concurrency"] for p in summary["points"]] == [1, 2]

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clients import admin_token
 from generator.errors import GeneratorError
 from generator.operate.admin import Control, ModelControl
 from generator.operate.rollout.decision import Thresholds
 
 if TYPE_CHECKING:
     from generator.operate.rollout.workflow import RolloutSettings
-from generator.serving.contract import ADMIN_TOKEN_ENV
 
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 _HELP = {
@@ -41,9 +40,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default="127.0.0.1:8000",
                         help="Triton's HTTP endpoint host:port (started with --model-control explicit)")
     parser.add_argument("--metrics-url", default="127.0.0.1:8002", help="Triton's metrics endpoint host:port")
-    parser.add_argument("--admin-key", default=None, help=f"the admin API key (default: ${ADMIN_TOKEN_ENV})")
-    parser.add_argument("--admin-key-file", type=Path, default=None,
-                        help="read the admin API key from this file (a mounted secret)")
+    admin_token.add_arguments(parser, "for the admin API")
     parser.add_argument("--route-file", type=Path, default=None,
                         help="where the stable/canary split is published for clients (default: "
                              "routing.json in the repository)")
@@ -75,23 +72,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             default=getattr(defaults, spec.name), help=_HELP[spec.name])
 
 
-def admin_key(args: argparse.Namespace) -> str | None:
-    """--admin-key, else the file --admin-key-file names, else $TRITON_ADMIN_TOKEN."""
-    if args.admin_key:
-        return str(args.admin_key)
-    if args.admin_key_file is not None:
-        try:
-            key = args.admin_key_file.read_text().strip()
-        except OSError as exc:
-            raise GeneratorError(f"--admin-key-file {args.admin_key_file}: {exc}") from None
-        if not key:
-            raise GeneratorError(f"--admin-key-file {args.admin_key_file} is empty")
-        return key
-    return os.environ.get(ADMIN_TOKEN_ENV)
+def admin_token_of(args: argparse.Namespace) -> str | None:
+    """--admin-token, else the file --admin-token-file names, else $TRITON_ADMIN_TOKEN."""
+    from clients.errors import ClientError
+
+    try:
+        return admin_token.token_from(args)
+    except ClientError as exc:
+        raise GeneratorError(str(exc)) from None
 
 
 def control_from_args(args: argparse.Namespace) -> ModelControl:
-    return ModelControl(args.url.removeprefix("http://"), args.metrics_url.removeprefix("http://"), admin_key(args))
+    return ModelControl(args.url.removeprefix("http://"), args.metrics_url.removeprefix("http://"), admin_token_of(args))
 
 
 def control_set(folder: Path | None, labels: Path | None = None
