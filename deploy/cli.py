@@ -181,8 +181,8 @@ def _update(args: argparse.Namespace, settings: Settings) -> int:
 def _site(args: argparse.Namespace, settings: Settings) -> dict[str, object]:
     from deploy.local import site_archive, site_install
     from deploy.local.stack import LocalStack
+    from generator.archive.parts import parse_size
     from generator.errors import ServerError
-    from generator.server.archive_parts import parse_size
 
     try:
         if args.command == "install":

@@ -18,8 +18,8 @@ import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from generator.cache import cache_root
 from generator.errors import ServerError
-from generator.server.embedded import cache_root
 from generator.server.environments import PERF_ANALYZER, ensure_environment
 
 from .errors import LoadTestError, RunError, ToolMissingError

@@ -2,7 +2,7 @@
 
 ``python -m deploy archive --local`` (site_archive.py) writes ``tde-site-<tag>.tar`` (or its numbered parts) on a
 connected machine; ``python -m deploy install --local ARCHIVE`` (site_install.py) installs it on a machine with
-no network. The format is the embedded server's offline archive's (generator/server/indexed_tar.py), one reader
+no network. The format is the embedded server's offline archive's (generator/archive/indexed_tar.py), one reader
 for both:
 
     tde-site.json        the index, first: format, machine, tag, images, repository, settings, every member's
@@ -26,7 +26,7 @@ from pathlib import Path
 from deploy.errors import LocalStackError
 from deploy.local.stack import SITES_ROOT
 from deploy.render.files import NGINX_CONF, OUTPUTS
-from generator.server.indexed_tar import IndexedTar
+from generator.archive.indexed_tar import IndexedTar
 
 INDEX = "tde-site.json"
 FORMAT = 1

@@ -44,8 +44,8 @@ from deploy.local.site import (
 from deploy.local.stack import DEPLOY_DIR, LocalStack, build, installed_site
 from deploy.settings import BUILD_TARGETS, Settings
 from generator import __version__
-from generator.server.archive_parts import checksum_file
-from generator.server.indexed_tar import file_entries, members_of, publish
+from generator.archive.indexed_tar import file_entries, members_of, publish
+from generator.archive.parts import checksum_file
 
 logger = logging.getLogger(__name__)
 

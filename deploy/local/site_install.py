@@ -2,7 +2,7 @@
 
 Everything is checked before anything is loaded: every part there and whole (and its sha256 the one the
 archive's ``.sha256`` listing gives, where that is beside it), the index first and of this kind
-and machine, every member listed with its size and sha256 (generator/server/indexed_tar.py, the reader the
+and machine, every member listed with its size and sha256 (generator/archive/indexed_tar.py, the reader the
 embedded server's archive uses too), nothing unlisted, nothing missing, and ``docker save``'s own manifest naming
 every image with every layer it needs. A refusal names the archive and the problem and loads nothing. Then:
 
@@ -58,8 +58,8 @@ from deploy.local.site import (
 from deploy.local.site_archive import check_saved
 from deploy.local.stack import SITE_ENV, SITES_ROOT
 from deploy.local.update import Update
+from generator.archive.parts import check_checksums, find_parts
 from generator.errors import ServerError
-from generator.server.archive_parts import check_checksums, find_parts
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from generator.server.archive_parts import CHUNK, PartsReader, find_parts, sha256_file, split_file
+from generator.archive.parts import CHUNK, PartsReader, find_parts, sha256_file, split_file
 
 INDEX_LIMIT = 1 << 22  # an index larger than 4 MiB is not one of ours
 

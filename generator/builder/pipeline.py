@@ -27,11 +27,11 @@ from generator.builder.stages.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings
 from generator.builder.stages.graph.placement import NmsPlacement, nms_placement
 from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisation_prefix
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
-from generator.builder.stages.provider_check import control_file, wants_check
+from generator.builder.stages.provider_check_images import control_file, wants_check
 from generator.builder.stages.service_time import measure_service_time
 from generator.demo import DEMO_ONNX
 from generator.model.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
-from generator.repository.admission import Admission
+from generator.repository.admission_record import Admission
 from generator.repository.files import hash_files
 from generator.repository.manifest import (
     MANIFEST_NAME,

@@ -12,8 +12,8 @@ import platform
 import sys
 from pathlib import Path
 
+from generator.archive.parts import parse_size
 from generator.errors import ServerError
-from generator.server.archive_parts import parse_size
 from generator.server.environments import STUB_ENVIRONMENTS
 
 

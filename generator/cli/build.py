@@ -2,7 +2,7 @@
 ``generator.builder.spec.options``.
 
 A build needs no network once ``build --prepare`` has made what it reads from outside the project's own
-environment (Triton 2.51's config schema, generator/server/schema.py).
+environment (Triton 2.51's config schema, generator/builder/stages/config/schema.py).
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def _versioned(args: argparse.Namespace, options: BuildOptions, onnx_path: Path)
 
 def prepare() -> int:
     """``build --prepare``: make the schema file (logged when made), print where it is."""
+    from generator.builder.stages.config.schema import prepare_schema
     from generator.server.embedded import TRITON_VERSION
-    from generator.server.schema import prepare_schema
 
     path, source = prepare_schema()
     if source is not None:

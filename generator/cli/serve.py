@@ -104,7 +104,7 @@ def _prepare(stub: LockedEnvironment, repository: Path) -> int:
 
 
 def _prepare_offline(args: argparse.Namespace) -> int:
-    from generator.server.embedded import cache_root
+    from generator.cache import cache_root
     from generator.server.offline import install_archive
 
     if not args.prepare:

@@ -18,7 +18,7 @@ from typing import Any
 
 from generator import __version__
 from generator.errors import GeneratorError
-from generator.repository.admission import Admission
+from generator.repository.admission_record import Admission
 
 MANIFEST_NAME = "manifest.json"
 TOOL = "triton-detection-ensemble"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from generator.cache import cache_root
 from generator.errors import ServerError
 from generator.server.environments import (
     Environment,
@@ -45,11 +46,6 @@ WHEEL_SHA256 = {
 STUB_PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12")
 # The platform tag of the wheel per architecture, for fetching it for another machine (generator/server/offline.py).
 WHEEL_PLATFORM = {"x86_64": "manylinux_2_35_x86_64", "aarch64": "manylinux_2_35_aarch64"}
-
-
-def cache_root() -> Path:
-    env = os.environ.get("TRITON_DETECTION_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "triton-detection-ensemble"
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from generator import __version__
+from generator.archive.indexed_tar import IndexedTar, file_entries, members_of, publish
+from generator.archive.parts import sha256_file
 from generator.errors import ServerError
-from generator.server.archive_parts import sha256_file
 from generator.server.embedded import (
     PYTRITON_VERSION,
     STUB_PYTHONS,
@@ -57,7 +58,6 @@ from generator.server.environments import (
     ensure_environment,
     ensure_runtime,
 )
-from generator.server.indexed_tar import IndexedTar, file_entries, members_of, publish
 
 logger = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ def _batches(text: str) -> list[int]:
 
 def _in_stub_environment(args: argparse.Namespace) -> int:
     """Run this command again with the repository's stub environment, the project's packages on its path."""
-    from generator.server.embedded import cache_root
+    from generator.cache import cache_root
     from generator.server.environments import Environment, is_verified, stub_environment_for
 
     locked = stub_environment_for([args.repository])

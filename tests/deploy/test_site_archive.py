@@ -1,7 +1,7 @@
 """The site archive (deploy/local/site*.py): its index, every refusal before anything is loaded, no secrets, and
 where an installed site's compose files come from.
 
-The archives here are written with the shared writer (generator/server/indexed_tar.py) around a small stand-in of
+The archives here are written with the shared writer (generator/archive/indexed_tar.py) around a small stand-in of
 ``docker save``'s layout (manifest.json, config and layer blobs); the docker CLI is the boundary, faked on PATH
 where a test shows that a refused archive never reaches it. The live lane (tests/deploy/live/test_site.py) makes
 and installs a real one.
@@ -23,8 +23,8 @@ from deploy.cli import main
 from deploy.local import site, site_install, stack
 from deploy.local.site_archive import check_saved, write_compose
 from deploy.settings import Settings
-from generator.server.archive_parts import checksum_file, split_file
-from generator.server.indexed_tar import file_entries, write_indexed_tar
+from generator.archive.indexed_tar import file_entries, write_indexed_tar
+from generator.archive.parts import checksum_file, split_file
 from tests.helpers import tar_bytes
 
 TAG = "unit-1"

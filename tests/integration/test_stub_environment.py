@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from generator.server.embedded import TRITON_VERSION, EmbeddedServer, cache_root, ensure_server
+from generator.cache import cache_root
+from generator.server.embedded import TRITON_VERSION, EmbeddedServer, ensure_server
 from generator.server.environments import DIGEST_FILE, STUB_CPU, Environment, is_verified
 from generator.server.ports import free_port
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 
 from generator.builder.spec.options import BuildOptions
-from generator.repository.admission import Admission, LatencyBudget, QueuePolicy, ServiceTime
+from generator.repository.admission_record import Admission, LatencyBudget, QueuePolicy, ServiceTime
 
 # Steps measured one after another vs the same steps sharing the machine's cores under overload.
 CONTENTION_FACTOR = 2.0

@@ -24,7 +24,7 @@ import onnx
 
 from generator.builder.spec.options import BuildOptions
 from generator.model.onnx_inspect import DetectorInfo
-from generator.repository.admission import ServiceTime
+from generator.repository.admission_record import ServiceTime
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from generator.archive.indexed_tar import IndexedTar, file_entries, members_of, publish
+from generator.archive.parts import check_checksums, checksum_file, split_file
 from generator.errors import ServerError
-from generator.server.archive_parts import check_checksums, checksum_file, split_file
-from generator.server.indexed_tar import IndexedTar, file_entries, members_of, publish
 
 
 class Refused(Exception):

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from generator.archive.parts import find_parts, parse_size, split_file
 from generator.errors import ServerError
 from generator.server import embedded, environments, offline
-from generator.server.archive_parts import find_parts, parse_size, split_file
 from generator.server.environments import STUB_CPU
 from generator.server.offline import INDEX, Target, install_archive, verify_archive
 

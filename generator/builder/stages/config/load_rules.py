@@ -8,7 +8,7 @@ triton-inference-server/core, that file, that function). Rules marked "ours" are
 Triton would load the model and then fail requests or ignore a setting without saying so.
 
 Strict parsing comes first: every config is parsed with the ``model_config.proto`` of Triton 2.51 (the
-embedded server's release, generator/server/schema.py), so a field Triton 2.51 does not know fails here as it
+embedded server's release, generator/builder/stages/config/schema.py), so a field Triton 2.51 does not know fails here as it
 would in ``core:src/filesystem/api.cc ReadTextProto``; the rules below then read it with tritonclient's classes.
 """
 
@@ -23,8 +23,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.builder.stages.config.model_io import ModelIO, ModelTensor
+from generator.builder.stages.config.schema import model_config_class
 from generator.errors import ConfigError
-from generator.server.schema import model_config_class
 from generator.serving.cuda_provider import DEVICE_PARAMETER
 
 Kind = mc.ModelInstanceGroup.Kind

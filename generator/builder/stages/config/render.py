@@ -21,7 +21,7 @@ from generator.builder.stages.config.detector_io import (
 from generator.builder.stages.config.load_rules import check_ensemble_wiring, parse
 from generator.errors import ConfigError
 from generator.model.onnx_inspect import DetectorInfo
-from generator.repository.admission import Admission
+from generator.repository.admission_record import Admission
 from generator.serving import contract
 from generator.serving.cuda_provider import DEVICE_PARAMETER
 from generator.serving.cuda_provider import SETTINGS as CUDA_SETTINGS

@@ -29,8 +29,9 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
+from generator.cache import cache_root
 from generator.errors import ServerError
-from generator.server.embedded import TRITON_VERSION, cache_root
+from generator.server.embedded import TRITON_VERSION
 from generator.server.environments import PERF_ANALYZER, Environment, is_verified
 
 logger = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ class TensorRTArtifacts:
 
 
 def timing_cache_dir() -> Path:
-    from generator.server.embedded import cache_root
+    from generator.cache import cache_root
 
     return cache_root() / "tensorrt"
 

@@ -11,7 +11,7 @@ from generator.builder.spec.options import BuildOptions
 from generator.builder.stages.service_time import FRAME, FRAME_TEXT, measure_service_time
 from generator.demo import DEMO_ONNX
 from generator.model.onnx_inspect import inspect_onnx
-from generator.repository.admission import ServiceTime
+from generator.repository.admission_record import ServiceTime
 
 
 @pytest.fixture(scope="module")

@@ -175,9 +175,9 @@ def test_config_dims_must_lie_inside_a_dynamic_engine_profile(repositories: dict
 def test_strict_parsing_uses_the_servers_release() -> None:
     """Configs are parsed with the model_config.proto of tritonclient 2.51 (the embedded server's release),
     not with the newer one of the tritonclient the project's clients use."""
+    from generator.builder.stages.config.schema import model_config_class
     from generator.server.embedded import TRITON_VERSION
     from generator.server.environments import PERF_ANALYZER
-    from generator.server.schema import model_config_class
 
     assert f"tritonclient=={TRITON_VERSION} " in PERF_ANALYZER.lock.read_text()
     ensemble_251 = model_config_class().DESCRIPTOR.fields_by_name["ensemble_scheduling"].message_type

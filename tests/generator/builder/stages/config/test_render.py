@@ -27,7 +27,7 @@ from generator.builder.stages.config.load_rules import check_ensemble_wiring
 from generator.builder.stages.config.render import _environment, parse_config, render_models
 from generator.errors import ConfigError
 from generator.model.onnx_inspect import DetectorInfo, TensorInfo
-from generator.repository.admission import ServiceTime
+from generator.repository.admission_record import ServiceTime
 from tests.fixtures.onnx_factory import make_detector, save, ultralytics_metadata
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -8,10 +8,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2, text_format
 
-from generator.errors import ServerError
-from generator.server.environments import DIGEST_FILE, PERF_ANALYZER, Environment
-from generator.server.ports import free_port
-from generator.server.schema import (
+from generator.builder.stages.config.schema import (
     GENERATED,
     SchemaUnavailableError,
     model_config_class,
@@ -19,6 +16,9 @@ from generator.server.schema import (
     schema_file,
     serialized_descriptor,
 )
+from generator.errors import ServerError
+from generator.server.environments import DIGEST_FILE, PERF_ANALYZER, Environment
+from generator.server.ports import free_port
 
 
 def test_the_descriptor_is_read_without_running_the_module() -> None:
