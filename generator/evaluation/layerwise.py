@@ -23,8 +23,9 @@ from generator.errors import GeneratorError
 from generator.serving.batch import prepare_batch, to_float_nchw
 
 logger = logging.getLogger(__name__)
-# A layer whose relative error exceeds its inputs' by this much "jumps": the error starts there.
-JUMP_THRESHOLD = 0.02
+# A layer whose relative error exceeds its inputs' by this much "jumps": the error starts there (a sound INT8
+# calibration adds 1-3 % per layer on the fixtures; a range 50x too narrow adds 10-100x that).
+JUMP_THRESHOLD = 0.05
 _EPS = 1e-12
 
 

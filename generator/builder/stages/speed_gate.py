@@ -131,19 +131,29 @@ def speed_gate(fp32: onnx.ModelProto, candidate: onnx.ModelProto, info_served: D
     fp32_times, candidate_times = _paired_rounds(runners[0], runners[1], inputs, rounds)
     ratios = [math.exp(statistics.fmean(math.log(f[s] / c[s]) for s in sizes))
               for f, c in zip(fp32_times, candidate_times, strict=True)]
+    kept, speedup, won, verdict = decide(asked, ratios, gate.speed_margin, gate.speed_gate)
+    logger.info("speed gate on %s: %s", where, verdict)
+    return SpeedDecision(asked, kept, gate.speed_gate, where, gate.speed_margin, sizes, rounds,
+                         _medians(fp32_times), _medians(candidate_times), round(speedup, 4), won, verdict)
+
+
+def decide(asked: str, ratios: Sequence[float], margin_percent: float, mode: str) -> tuple[str, float, int, str]:
+    """The precision to serve from each round's speed-up (FP32 time / candidate time), and why.
+
+    Faster means the median round clears the margin and the candidate won most rounds, so one lucky round on a
+    busy machine decides nothing either way. ``record`` keeps the asked precision whatever the timing.
+    """
     speedup = statistics.median(ratios)
     won = sum(r > 1.0 for r in ratios)
-    faster = speedup >= 1.0 + gate.speed_margin / 100.0 and won > rounds / 2
-    kept = asked if faster or gate.speed_gate == "record" else "fp32"
-    verdict = (f"{asked} is {speedup:.2f}x FP32 (median of {rounds} paired rounds, faster in {won}; "
-               f"needs {1 + gate.speed_margin / 100:.2f}x)")
+    faster = speedup >= 1.0 + margin_percent / 100.0 and won > len(ratios) / 2
+    kept = asked if faster or mode == "record" else "fp32"
+    verdict = (f"{asked} is {speedup:.2f}x FP32 (median of {len(ratios)} paired rounds, faster in {won}; "
+               f"needs {1 + margin_percent / 100:.2f}x)")
     if kept != asked:
         verdict += f": serving FP32 instead (--speed-gate record keeps {asked} anyway)"
     elif not faster:
         verdict += f": kept {asked} as asked (--speed-gate record)"
-    logger.info("speed gate on %s: %s", where, verdict)
-    return SpeedDecision(asked, kept, gate.speed_gate, where, gate.speed_margin, sizes, rounds,
-                         _medians(fp32_times), _medians(candidate_times), round(speedup, 4), won, verdict)
+    return kept, speedup, won, verdict
 
 
 def _medians(times: Sequence[dict[int, float]]) -> dict[str, float]:

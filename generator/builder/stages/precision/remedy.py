@@ -26,7 +26,7 @@ from generator.model.onnx_inspect import DetectorInfo
 logger = logging.getLogger(__name__)
 KEEP_PER_ROUND = 2
 # The diagnosis runs every tensor of both graphs: a few images locate the error as well as the whole set.
-DIAGNOSIS_IMAGES = 8
+DIAGNOSIS_IMAGES = 4
 
 Lower = Callable[[onnx.ModelProto, DetectorInfo, BuildOptions], tuple[onnx.ModelProto, dict[str, str]]]
 Measure = Callable[[onnx.ModelProto], GateReport]
