@@ -54,7 +54,7 @@ class LayerwiseReport:
     compared: int
     layers: tuple[LayerError, ...]  # graph order
     first_jumps: tuple[LayerError, ...]  # the first layers (graph order) where the error jumps
-    worst: tuple[LayerError, ...]  # the lower-precision layers that introduce the most error
+    worst: tuple[LayerError, ...]  # the layers in the precision asked for that introduce the most error
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -218,7 +218,9 @@ def compare_layers(reference: onnx.ModelProto, candidate: onnx.ModelProto, image
     layers = _layers(reference, order, sums, node_precisions(candidate), decisions or {})
     # Only a layer computed in lower precision makes new error; an FP32 one (a SiLU's Mul) only carries it on.
     jumps = tuple(x for x in layers if x.precision != "fp32" and x.introduced > JUMP_THRESHOLD)[:worst]
-    lowered = sorted((x for x in layers if x.precision != "fp32"), key=lambda x: -x.introduced)
+    # The remedy's candidates: layers in the precision asked for (an INT8 build's FP16 float layers are not
+    # quantized, so --int8-exclude would not change them).
+    lowered = sorted((x for x in layers if x.precision == precision), key=lambda x: -x.introduced)
     return LayerwiseReport(precision, cand_session.provider, len(images), len(layers), tuple(layers), jumps,
                            tuple(x for x in lowered[:worst] if x.introduced > 0))
 

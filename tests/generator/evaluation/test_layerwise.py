@@ -27,6 +27,8 @@ from tests.generator.builder.stages.precision.helpers import (
     scenes,
 )
 
+# Each test runs every tensor of two real graphs (and calibrates): minutes on a shared 2-core machine.
+pytestmark = pytest.mark.slow
 SIZE = (320, 320)
 
 
