@@ -49,6 +49,7 @@ from generator.serving.provider_check import CHECK_FILE
 
 if TYPE_CHECKING:
     from generator.builder.stages.precision.stage import PrecisionTransform
+    from generator.evaluation.gate import GateReport
 
 logger = logging.getLogger(__name__)
 _STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
@@ -126,17 +127,67 @@ def require_domain_data(onnx_path: Path, options: BuildOptions) -> None:
                         "(and --validate-labels COCO.json if labelled), or --no-validate to skip it")
 
 
-def _run_gate(onnx_path: Path, served: onnx.ModelProto, info: DetectorInfo, served_layout: str,
-              options: BuildOptions) -> dict[str, bytes]:
+@dataclass(frozen=True)
+class Lowered:
+    """The graph the build serves after the precision stage and its gates, and what they recorded.
+
+    ``recorded`` are the options as asked plus the layers ``--auto-keep`` kept (the manifest's options and
+    rebuild command); ``served`` the same with the precision the speed gate kept.
+    """
+
+    model: onnx.ModelProto
+    facts: dict[str, str]
+    recorded: BuildOptions
+    served: BuildOptions
+    gate_files: dict[str, bytes]
+    validated: bool
+
+
+def _lower_precision(onnx_path: Path, model: onnx.ModelProto, info: DetectorInfo, options: BuildOptions,
+                     precision_transform: PrecisionTransform | None) -> Lowered:
+    """Precision stage, accuracy gate (with the ``--auto-keep`` remedy), then the speed gate."""
+    if options.precision == "fp32":
+        return Lowered(model, {}, options, options, {}, False)
+    from generator.builder.stages.precision.stage import make_precision_transform
+
+    def lower(source: onnx.ModelProto, info: DetectorInfo, asked: BuildOptions
+              ) -> tuple[onnx.ModelProto, dict[str, str]]:
+        return (precision_transform or make_precision_transform(asked.calibration))(source, info, asked)
+
+    if not options.gate.enabled:
+        lowered, facts = lower(model, info, options)
+        return _speed_gated(model, lowered, facts, info, options, {}, validated=False)
     from generator.builder.stages.gate import accuracy_gate
+    from generator.builder.stages.precision.remedy import lower_and_gate
     from generator.evaluation.gate import ensure_passed, load_control_set, report_files
+    from generator.evaluation.layerwise import summary
 
     gate = options.gate
     control = load_control_set(gate.images, gate.labels, gate.count)
-    report = accuracy_gate(onnx_path, served, info, served_layout, options.precision, control,
-                           gate.max_drop_points, options.iou_threshold, options.max_detections)
-    ensure_passed(report)
-    return report_files(report)
+
+    def measure(lowered: onnx.ModelProto) -> GateReport:
+        gated, info_gated = _served_graph(lowered, info, options)
+        return accuracy_gate(onnx_path, gated, info, info_gated.layout, options.precision, control,
+                             gate.max_drop_points, options.iou_threshold, options.max_detections)
+
+    result = lower_and_gate(model, info, options, lower, measure, control.data)
+    ensure_passed(result.report, summary(result.diagnosis) if result.diagnosis else None)
+    return _speed_gated(model, result.model, result.facts, info, result.options, report_files(result.report),
+                        validated=True)
+
+
+def _speed_gated(source: onnx.ModelProto, lowered: onnx.ModelProto, facts: dict[str, str], info: DetectorInfo,
+                 options: BuildOptions, gate_files: dict[str, bytes], validated: bool) -> Lowered:
+    """Serve the lowered graph only where it is faster than FP32 (``--speed-gate``), and record the timing."""
+    from generator.builder.stages.speed_gate import speed_gate
+
+    candidate, info_served = _served_graph(lowered, info, options)
+    reference, _ = _served_graph(source, info, options)
+    decision = speed_gate(reference, candidate, info_served, options)
+    facts = {**facts, "speed_gate": decision.to_fact()}
+    if decision.kept == options.precision:
+        return Lowered(lowered, facts, options, options, gate_files, validated)
+    return Lowered(source, facts, options, dataclasses.replace(options, precision="fp32"), gate_files, validated)
 
 
 def _detector_record(info: DetectorInfo, served_layout: str, options: BuildOptions,
@@ -153,11 +204,15 @@ def _detector_record(info: DetectorInfo, served_layout: str, options: BuildOptio
 def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: str, options: BuildOptions,
               precision_facts: dict[str, str], files: dict[str, bytes], validated: bool,
               plan: dict[str, object] | None, admission: Admission,
-              placement: NmsPlacement | None = None) -> Manifest:
-    if options.precision == "fp32":
+              placement: NmsPlacement | None = None, recorded: BuildOptions | None = None) -> Manifest:
+    """``options`` as served, ``recorded`` as asked (default: the same), for the options and rebuild records."""
+    recorded = recorded or options
+    if recorded.precision == "fp32":
         validation = "not needed (fp32)"
     else:
         validation = "accuracy gate passed" if validated else "skipped (--no-validate)"
+        if options.precision != recorded.precision:
+            validation += f"; the speed gate serves {options.precision}: {recorded.precision} was not faster"
     preprocess = preprocess_record(options.preprocess_device)
     return Manifest(
         name=options.name,
@@ -167,7 +222,7 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
         source_onnx_path=str(onnx_path.resolve()),
         thresholds=Thresholds(options.conf_threshold, options.iou_threshold, options.max_detections),
         files=hash_files(files),
-        validation_skipped=options.precision != "fp32" and not validated,
+        validation_skipped=recorded.precision != "fp32" and not validated,
         validation=validation,
         calibration_method=precision_facts.get("calibration_method"),
         calibration_digest=precision_facts.get("calibration_digest"),
@@ -177,8 +232,8 @@ def _manifest(onnx_path: Path, output: Path, info: DetectorInfo, served_layout: 
         preprocess=PreprocessRecord(preprocess["device"], tuple(preprocess["requirements"])),
         precision_facts=precision_facts,
         admission=admission,
-        options=to_record(options),
-        rebuild=tuple(rebuild_words(onnx_path, output, options)),
+        options=to_record(recorded),
+        rebuild=tuple(rebuild_words(onnx_path, output, recorded)),
     )
 
 
@@ -341,16 +396,10 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
 
         probe_builder()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
-    model = onnx.load(str(onnx_path))
-    precision_facts: dict[str, str] = {}
-    if options.precision != "fp32":
-        if precision_transform is None:
-            from generator.builder.stages.precision.stage import make_precision_transform
-
-            precision_transform = make_precision_transform(options.calibration)
-        model, precision_facts = precision_transform(model, info, options)
-    gated, info_gated = _served_graph(model, info, options)
-    # The gate measures the graph before NMS: it compares scores at its own low threshold, and the NMS suffix
+    lowered = _lower_precision(onnx_path, onnx.load(str(onnx_path)), info, options, precision_transform)
+    options = lowered.served
+    gated, info_gated = _served_graph(lowered.model, info, options)
+    # The gate measured the graph before NMS: it compares scores at its own low threshold, and the NMS suffix
     # is exact float32 selection whatever the precision (tests hold it to the Python step).
     placement = nms_placement(info_gated, options)
     served, info_served = _with_nms(gated, info_gated, options, placement)
@@ -366,9 +415,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     files.update(model_files)
     backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
     check_load_rules(files, backend_io, set(detector.pending))
-    validated = options.precision != "fp32" and options.gate.enabled
-    if validated:
-        files.update(_run_gate(onnx_path, gated, info, info_gated.layout, options))
-    manifest = _manifest(onnx_path, output, info, info_served.layout, options, precision_facts, files,
-                         validated, detector.plan, admission, placement)
+    files.update(lowered.gate_files)
+    manifest = _manifest(onnx_path, output, info, info_served.layout, options, lowered.facts, files,
+                         lowered.validated, detector.plan, admission, placement, lowered.recorded)
     return BuiltFiles(files, info, models, manifest, detector.pending)

@@ -7,9 +7,14 @@ from pathlib import Path
 
 from generator.builder.stages.gate import accuracy_gate
 from generator.errors import GeneratorError
+from generator.evaluation import layerwise
 from generator.evaluation.gate import ensure_passed, gate_summary, load_control_set, report_files
 from generator.model.onnx_inspect import inspect_onnx
 from generator.repository.manifest import DetectorRecord, Manifest
+
+# ONNX Runtime's providers for --provider, first choice first.
+PROVIDERS = {"cpu": ("CPUExecutionProvider",), "cuda": ("CUDAExecutionProvider",),
+             "tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="versioned repositories: the version to validate (default: the stable one)")
     parser.add_argument("--url", default=None,
                         help="also run the control set through a running Triton (grpc://host:port or http://...)")
+    parser.add_argument("--layerwise", action="store_true",
+                        help="also compare every intermediate tensor of the served graph with the FP32 reference "
+                        "and name the layers where the error starts (layerwise.md / layerwise.json)")
+    parser.add_argument("--layerwise-count", type=int, default=8, metavar="N",
+                        help="control images the layer-wise run uses (it keeps every tensor of both graphs)")
+    parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu",
+                        help="where --layerwise runs the served graph (the FP32 reference runs on the CPU): "
+                        "cpu, cuda or tensorrt (ONNX Runtime's providers; on the GPU host)")
 
 
 def _build_record(repository: Path, version: int | None) -> tuple[Path, Manifest, Path]:
@@ -62,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         (reports / name).write_bytes(content)
     print(gate_summary(report))
     print(f"Report: {reports / 'validation.md'}")
+    diagnosis = _layerwise(args, reports, manifest, reference_onnx, candidate, control.data, info.image_size)
     if args.url:
         from generator.operate.served_check import served_vs_reference
 
@@ -69,5 +83,31 @@ def run(args: argparse.Namespace) -> int:
                                             thresholds.conf, thresholds.iou, thresholds.max_detections)
         print(f"through Triton at {args.url}: mAP@0.5:0.95 {served.map50_95:.4f} "
               f"(FP32 in-process at the served thresholds: {local.map50_95:.4f})")
-    ensure_passed(report)
+    ensure_passed(report, layerwise.summary(diagnosis) if diagnosis else None)
     return 0
+
+
+def _layerwise(args: argparse.Namespace, reports: Path, manifest: Manifest, reference_onnx: Path, candidate: Path,
+               images: list[bytes], image_size: tuple[int, int]) -> layerwise.LayerwiseReport | None:
+    """``--layerwise``: the served graph's tensors against the FP32 reference's, as a table and JSON."""
+    if not args.layerwise:
+        return None
+    import onnx
+    import onnxruntime
+
+    providers = PROVIDERS[args.provider]
+    if providers[0] not in onnxruntime.get_available_providers():
+        raise GeneratorError(f"--provider {args.provider}: this ONNX Runtime has no {providers[0]} (it has "
+                             f"{', '.join(onnxruntime.get_available_providers())}); run on the GPU host with "
+                             "onnxruntime-gpu")
+    if args.layerwise_count < 1:
+        raise GeneratorError(f"--layerwise-count must be at least 1, got {args.layerwise_count}")
+    diagnosis = layerwise.compare_layers(
+        onnx.load(str(reference_onnx)), onnx.load(str(candidate)), images[: args.layerwise_count], image_size,
+        manifest.precision, layerwise.decisions_from_facts(manifest.precision_facts), providers)
+    for name, content in layerwise.report_files(diagnosis).items():
+        (reports / name).write_bytes(content)
+    print(diagnosis.to_markdown(rows=0).split("\n## All layers")[0])
+    print(layerwise.summary(diagnosis))
+    print(f"Layer-wise report: {reports / 'layerwise.md'} (every layer: layerwise.json)")
+    return diagnosis

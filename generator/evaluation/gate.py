@@ -217,17 +217,20 @@ def gate_summary(report: GateReport) -> str:
             f"(drop {report.drop_points:.2f} pt, allowed {report.max_drop_points:.2f}) on {report.images} images")
 
 
-def ensure_passed(report: GateReport) -> None:
+def ensure_passed(report: GateReport, diagnosis: str | None = None) -> None:
+    """Raise on a failed gate; ``diagnosis`` (the layer-wise summary: where the error starts) joins the message."""
     if not report.passed:
-        raise AccuracyGateError(f"{gate_summary(report)}; {_remedy(report.precision)}")
+        where = f"; {diagnosis}" if diagnosis else ""
+        raise AccuracyGateError(f"{gate_summary(report)}{where}; {_remedy(report.precision)}")
 
 
 def _remedy(precision: str) -> str:
     """What a user can do about a failed gate, for the precision that failed it."""
     if precision == "int8":
-        return ("calibrate on more representative images (--calib-images), keep more layers out of INT8 "
-                "(--int8-exclude, --int8-float fp32), raise --max-map-drop, or build with --precision fp16")
+        return ("calibrate on more representative images (--calib-images), keep the worst layers out of INT8 "
+                "(--int8-exclude NODE ..., or --auto-keep N to let the build pick them; --int8-float fp32), "
+                "raise --max-map-drop, or build with --precision fp16")
     if precision == "fp16":
-        return ("keep the failing layers in FP32 (--fp16-keep NODE ...), raise --max-map-drop, or build with "
-                "--precision fp32")
+        return ("keep the failing layers in FP32 (--fp16-keep NODE ..., or --auto-keep N to let the build pick "
+                "them), raise --max-map-drop, or build with --precision fp32")
     return "the FP32 graph should match its source: rebuild from the original ONNX"

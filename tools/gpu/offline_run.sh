@@ -56,8 +56,8 @@ build_repos() {  # the repositories the run serves (REPOS, default: demo and y11
     case "$name" in
       demo) args=(--instances "${inst[@]}") ;;
       y11) args=("${y11[@]}" --instances "${inst[@]}") ;;
-      y11_fp16) args=("${y11[@]}" --instances "${inst[@]}" --precision fp16 --no-validate) ;;
-      y11_int8) args=("${y11[@]}" --instances "${inst[@]}" --precision int8 --calib-images "$W/calib" --no-validate) ;;
+      y11_fp16) args=("${y11[@]}" --instances "${inst[@]}" --precision fp16 --no-validate --speed-gate record) ;;
+      y11_int8) args=("${y11[@]}" --instances "${inst[@]}" --precision int8 --calib-images "$W/calib" --no-validate --speed-gate record) ;;
       y11_d4) args=("${y11[@]}" --instances "${d4[@]}" --no-validate) ;;
       y11_p4) args=("${y11[@]}" --instances "${p4[@]}" --no-validate) ;;
       *) echo "error: no repository named $name"; return 1 ;;

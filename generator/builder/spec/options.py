@@ -23,6 +23,7 @@ NormaliseIn = Literal["graph", "preprocess"]
 CalibrationMethod = Literal["minmax", "entropy", "percentile"]
 Int8Tool = Literal["ort", "modelopt"]
 Int8Float = Literal["auto", "fp16", "fp32"]
+SpeedGateMode = Literal["keep-faster", "record", "off"]
 HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
 Device = Literal["cpu", "gpu"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
@@ -88,6 +89,10 @@ class PrecisionOptions:
                                    group="precision")
     fp16_keep: tuple[str, ...] = option((), "--fp16-keep", "extra node names kept in FP32 for --precision fp16",
                                         nargs="*", metavar="NODE", group="precision")
+    auto_keep: int = option(0, "--auto-keep", "on a failed accuracy gate, keep up to N more layers out of the "
+                            "lower precision, those the layer-wise diagnosis finds adding the most error, two per "
+                            "re-check (recorded in the manifest and the rebuild command)", low=0, high=64,
+                            group="precision")
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)
@@ -108,6 +113,13 @@ class GateOptions:
                                  "model other than the bundled demo, or pass --no-validate)", group="precision")
     labels: Path | None = option(None, "--validate-labels", "COCO JSON for --validate-images", group="precision")
     count: int = option(64, "--validate-count", "control images to use", low=1, high=100_000, group="precision")
+    speed_gate: SpeedGateMode = option(
+        "keep-faster", "--speed-gate", "after the accuracy gate, time fp16/int8 against fp32 where the build can "
+        "run the detector (ONNX Runtime on the CPU, or CUDA for --device gpu): keep-faster serves fp32 unless the "
+        "lower precision is --speed-margin faster; record only records (forces the precision); off skips it",
+        group="precision")
+    speed_margin: float = option(5.0, "--speed-margin", "percent faster than fp32 a lower precision must be",
+                                 low=0.0, high=100.0, group="precision")
 
     def __post_init__(self) -> None:
         check_declared(self, SpecError)
