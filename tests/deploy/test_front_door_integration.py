@@ -53,6 +53,7 @@ def test_every_reproducer_is_refused_at_the_proxy_and_triton_never_sees_it(pod: 
     wrong = {name: (a.status, a.body[:120]) for name, a in answers.items() if not 400 <= a.status < 500}
     assert wrong == {}, wrong
     errors = {name: a.error() for name, a in answers.items()}  # each a one-line JSON error, never nginx's HTML
+    assert {a.headers["content-type"] for a in answers.values()} == {"application/json"}
     assert "larger than 4096 bytes" in errors["nested JSON 120 kB"] and "Content-Length" in errors["chunked flood"]
     assert answers["repository index"].status == 404 and answers["infer by GET"].status == 405
     assert answers["oversized header line"].status == 431
@@ -69,14 +70,14 @@ def pod_client(pod: Pod) -> DetectionClient:
 
 
 def test_what_the_cap_lets_through_reaches_triton_which_answers_and_survives(pod: Pod) -> None:
-    """At the cap: nested JSON, 300 duplicate outputs, overflowing and negative shapes. Triton 2.51 parses each."""
+    """At the cap: nested JSON, 150 duplicate outputs, overflowing and negative shapes. Triton 2.51 parses each."""
     port, ca, cap = pod.settings.proxy_http_port, pod.ca, screening.MAX_INFER_JSON_BYTES
-    server, seen = _tritonserver(pod), _requests_seen(pod)
+    server = _tritonserver(pod)
     sent = {
         "nested JSON body at the cap": front_door.request(port, ca, "POST", "/v2/models/yolo/infer",
                                                           front_door.nested_json(cap)),
         "nested JSON header at the cap": front_door.binary_infer(port, ca, front_door.nested_json(cap)),
-        "300 duplicate outputs": front_door.binary_infer(port, ca, front_door.many_outputs(300)),
+        "150 duplicate outputs": front_door.binary_infer(port, ca, front_door.many_outputs(150)),
         "negative shape": front_door.binary_infer(port, ca, front_door.infer_header(
             inputs=[{"name": "IMAGE", "shape": [-1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": 8}}])),
         "overflowing shape": front_door.binary_infer(port, ca, front_door.infer_header(
@@ -84,8 +85,10 @@ def test_what_the_cap_lets_through_reaches_triton_which_answers_and_survives(pod
                      "parameters": {"binary_data_size": 8}}])),
     }
     assert {name: a.status for name, a in sent.items() if a.status == 200} == {}
-    assert all(a.error() for a in sent.values())  # Triton's own JSON error
-    assert _requests_seen(pod) > seen  # these did reach Triton
+    errors = {name: a.error() for name, a in sent.items()}
+    print("\n" + "\n".join(f"{name}: {a.status} {errors[name][:100]}" for name, a in sent.items()))
+    # Triton's own words (the proxy's refusals name the cap or the route): these did reach it.
+    assert not [e for e in errors.values() if "4096 bytes" in e or "not served here" in e], errors
     assert _tritonserver(pod) == server, "tritonserver restarted"
     with pod_client(pod) as client:
         assert client.detect(_jpeg())
