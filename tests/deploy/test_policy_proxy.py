@@ -140,3 +140,20 @@ def test_the_json_cap_matches_exactly_the_lengths_up_to_the_limit() -> None:
         pattern = re.compile(at_most(limit))
         assert [n for n in range(limit * 3) if bool(pattern.match(str(n))) != (n <= limit)] == []
         assert not pattern.match("0" + str(limit)) and not pattern.match("-1") and not pattern.match("")
+
+
+def test_the_watchdog_names_the_listeners_that_skip_the_proxy() -> None:
+    """Compose: Triton on loopback only, nothing to say. Kubernetes: HTTP on the pod's address (the rollout Job's)."""
+    from deploy import commands
+    from generator.server.watchdog import exposed_listeners
+
+    def triton(command: list[str]) -> list[str]:
+        return command[command.index("tritonserver"):]
+
+    settings = Settings()
+    compose = commands.serve_command(settings, gpu=False, token="t")
+    k8s = commands.serve_command(settings, gpu=True, token="t", http_address=commands.K8S_HTTP_ADDRESS)
+    assert exposed_listeners(triton(compose)) == []
+    assert exposed_listeners(triton(k8s)) == [f"HTTP 0.0.0.0:{settings.http_port}"]
+    assert exposed_listeners(["tritonserver", "--model-repository=/m"]) == ["HTTP 0.0.0.0:8000", "GRPC 0.0.0.0:8001"]
+    assert exposed_listeners(["tritonserver", "--allow-grpc=false", "--http-address=::1"]) == []
