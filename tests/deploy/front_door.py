@@ -171,3 +171,24 @@ def refused_grpc(port: int, ca: Path) -> dict[str, str]:
     finally:
         client.close()
     return statuses
+
+
+def grpc_infer(port: int, ca: Path, shape: tuple[int, ...] = (1, 1), outputs: int = 4,
+               data: bytes = b"\x04\0\0\0\xff\xd8\xff\xe0") -> str:
+    """A raw ModelInfer (no client library to tidy it up): the gRPC status name and message."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    request = service_pb2.ModelInferRequest(model_name=MODEL)
+    request.inputs.add(name="IMAGE", datatype="BYTES", shape=list(shape))
+    for _ in range(outputs):
+        request.outputs.add(name="num_detections")
+    request.raw_input_contents.append(data)  # BYTES: 4-byte length, then the bytes
+    channel = grpc.secure_channel(f"localhost:{port}", grpc.ssl_channel_credentials(ca.read_bytes()))
+    try:
+        service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+        return "OK"
+    except grpc.RpcError as exc:
+        return f"{exc.code().name}: {exc.details()}"
+    finally:
+        channel.close()

@@ -164,3 +164,20 @@ def test_a_triton_that_is_down_is_a_503_with_retry_after_and_grpc_unavailable() 
     finally:
         stop(nginx, 3)  # SIGQUIT
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_grpc_inference_with_many_outputs_or_odd_shapes_is_answered_and_triton_survives(pod: Pod) -> None:
+    """gRPC carries no JSON to cap: 10,000 named outputs and overflowing shapes go to Triton 2.51, which answers."""
+    port, ca = pod.settings.proxy_grpc_port, pod.ca
+    server = _tritonserver(pod)
+    answers = {
+        "10,000 outputs": front_door.grpc_infer(port, ca, outputs=10_000),
+        "negative shape": front_door.grpc_infer(port, ca, shape=(-1, 1)),
+        "overflowing shape": front_door.grpc_infer(port, ca, shape=(2**63 - 1, 2**63 - 1)),
+        "2^62 batch": front_door.grpc_infer(port, ca, shape=(2**62, 1)),
+    }
+    print("\n" + "\n".join(f"{name}: {answer[:120]}" for name, answer in answers.items()))
+    assert all(a.startswith(("INVALID_ARGUMENT", "INTERNAL", "OK")) for a in answers.values()), answers
+    assert _tritonserver(pod) == server, "tritonserver restarted"
+    with pod_client(pod) as client:
+        assert client.detect(_jpeg())
