@@ -12,7 +12,8 @@ import re
 from deploy import screening
 from deploy.settings import Settings
 
-_SCREEN = ("limit_except POST {", "if ($http_transfer_encoding)", 'if ($infer_json_refusal = "body")',
+_SCREEN = ("limit_except POST {", "if ($http_transfer_encoding)", 'if ($http_content_encoding !~* "^(identity)?$")',
+           'if ($infer_json_refusal = "body")',
            'if ($infer_json_refusal = "header")')
 _AEAD = ("GCM", "CHACHA20")
 

@@ -34,6 +34,13 @@ class Answer:
             raise AssertionError(f"not a JSON error: {self.status} {self.body[:200]!r}") from None
 
 
+def from_the_proxy(answers: dict[str, Answer], conf: str) -> dict[str, str]:
+    """The answers whose JSON error is NOT one the proxy's config writes itself (empty: nginx answered them all,
+    from its own ``return``, without asking Triton)."""
+    return {name: a.error() for name, a in answers.items()
+            if json.dumps({"error": a.error()}, separators=(",", ":")) not in conf}
+
+
 def send_raw(port: int, ca: Path, head: bytes, body_parts: list[bytes] | tuple[bytes, ...] = (),
              timeout_s: float = 30) -> Answer:
     """One HTTP/1.1 request as raw bytes over TLS; the answer parsed (the body up to Content-Length)."""
@@ -104,6 +111,14 @@ def chunked_flood(port: int, ca: Path, chunks: int = 100_000) -> Answer:
     return send_raw(port, ca, head, [b"1\r\n{\r\n" * chunks, b"0\r\n\r\n"])
 
 
+def compressed(body: bytes, coding: str) -> bytes:
+    """The body as Triton inflates it (HTTP Content-Encoding gzip or deflate): 300 kB of brackets in about 1 kB."""
+    import gzip
+    import zlib
+
+    return gzip.compress(body) if coding == "gzip" else zlib.compress(body)
+
+
 def many_outputs(count: int) -> dict[str, object]:
     """CVE-2026-24146: a request naming far more outputs than the model has."""
     return infer_header(outputs=[{"name": "num_detections"} for _ in range(count)])
@@ -127,6 +142,9 @@ def reproducers() -> list[Reproducer]:
         ("header length negative", lambda p, c: request(p, c, "POST", f"/v2/models/{MODEL}/infer", b"x" * 64,
                                                         {"Inference-Header-Content-Length": "-1"})),
         ("chunked flood", chunked_flood),
+        *[(f"{coding} nested JSON 300 kB", lambda p, c, coding=coding: request(
+            p, c, "POST", f"/v2/models/{MODEL}/infer", compressed(nested_json(300_000), coding),
+            {"Content-Encoding": coding})) for coding in ("gzip", "deflate")],
         ("10,000 requested outputs", lambda p, c: binary_infer(p, c, many_outputs(10_000))),
         ("oversized header line", lambda p, c: request(p, c, "GET", "/v2/health/ready", headers={"X-Pad": "a" * 9000})),
         ("40 kB of header lines", lambda p, c: request(p, c, "GET", "/v2/health/ready",

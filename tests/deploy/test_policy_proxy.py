@@ -117,6 +117,7 @@ def test_a_canary_share_renders_a_weighted_split_that_nginx_accepts(tmp_path: Pa
         ("|ModelConfig)$", "|ModelConfig|RepositoryModelLoad)$", "gRPC must route only"),
         ('if ($http_transfer_encoding) {', 'if ($http_x_never) {', "must screen its request"),
         ("limit_except POST {", "limit_except POST GET {", "must screen its request"),
+        ('if ($http_content_encoding !~* "^(identity)?$") {', "if ($http_x_never) {", "must screen its request"),
         ('"absent:" "";', '"absent:" "";\n        "~^absent:" "";', "capped at 4096 bytes"),
         ("4096)$", "40960)$", "capped at 4096 bytes"),
         ("client_body_timeout 15s;", "", "client_body_timeout must be set once"),
