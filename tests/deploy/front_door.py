@@ -159,6 +159,9 @@ def reproducers() -> list[Reproducer]:
         ("CUDA shared memory", lambda p, c: request(p, c, "GET", "/v2/cudasharedmemory/status")),
         ("SageMaker route", lambda p, c: request(p, c, "POST", "/invocations", b"{}")),
         ("Vertex AI route", lambda p, c: request(p, c, "POST", "/v1/models/yolo:predict", b"{}")),
+        ("statistics, percent-encoded", lambda p, c: request(p, c, "GET", f"/v2/models/{MODEL}/%73tats")),
+        ("repository index, dot segments", lambda p, c: request(p, c, "POST", "/v2/health/../repository/index", b"{}")),
+        ("unload, encoded slash", lambda p, c: request(p, c, "POST", f"/v2/repository%2Fmodels/{MODEL}/unload", b"{}")),
         ("infer by GET", lambda p, c: request(p, c, "GET", f"/v2/models/{MODEL}/infer")),
     ]
 
