@@ -173,3 +173,37 @@ def test_grpc_inference_with_many_outputs_or_odd_shapes_is_answered_and_triton_s
     assert _tritonserver(pod) == server, "tritonserver restarted"
     with pod_client(pod) as client:
         assert client.detect(_jpeg())
+
+
+def test_slow_clients_are_cut_off_at_the_rendered_timeouts(pod: Pod) -> None:
+    """Headers never finished, and a body that stops: nginx closes both at the rendered timeouts, in parallel."""
+    import socket
+    import threading
+    import time
+
+    def hold(head: bytes, results: dict[str, tuple[float, bytes]], name: str) -> None:
+        context = ssl.create_default_context(cafile=str(pod.ca))
+        with socket.create_connection(("localhost", pod.settings.proxy_http_port), timeout=60) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(head)
+            started, data = time.monotonic(), b""
+            while chunk := tls.recv(4096):
+                data += chunk
+            results[name] = (time.monotonic() - started, data)
+
+    results: dict[str, tuple[float, bytes]] = {}
+    heads = {"headers": b"POST /v2/models/yolo/infer HTTP/1.1\r\nHost: localhost\r\n",
+             "body": b"POST /v2/models/yolo/infer HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{\"in"}
+    threads = [threading.Thread(target=hold, args=(head, results, name)) for name, head in heads.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    header_s, _ = results["headers"]
+    body_s, answer = results["body"]
+    print(f"\nunfinished headers closed after {header_s:.1f} s, a stalled body after {body_s:.1f} s "
+          f"({answer[:12]!r})")
+    assert screening.CLIENT_HEADER_TIMEOUT_S - 1 <= header_s <= screening.CLIENT_HEADER_TIMEOUT_S + 10, header_s
+    assert screening.CLIENT_BODY_TIMEOUT_S - 1 <= body_s <= screening.CLIENT_BODY_TIMEOUT_S + 10, body_s
+    # The body streams to Triton as it comes (proxy_request_buffering off): nginx closes both sides, no answer.
+    assert answer in (b"",) or answer.startswith(b"HTTP/1.1 408"), answer[:100]
