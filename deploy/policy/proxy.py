@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from deploy import commands, sizing
+from deploy.policy.front_door import front_door_violations
 from deploy.settings import Settings
 
 
@@ -38,7 +39,7 @@ def proxy_violations(conf: str, settings: Settings, where: str = "proxy/nginx.co
         problems.append(f"{where}: ssl_protocols must be TLSv1.2/TLSv1.3 only, got {protocols}")
     if "grpc-status 8" not in conf:
         problems.append(f"{where}: an oversized gRPC request must end with grpc-status 8 (RESOURCE_EXHAUSTED)")
-    return problems + canary_violations(conf, settings, where)
+    return problems + canary_violations(conf, settings, where) + front_door_violations(conf, where)
 
 
 def canary_violations(conf: str, settings: Settings, where: str = "proxy/nginx.conf") -> list[str]:

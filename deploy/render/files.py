@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy import commands, sizing
+from deploy import commands, screening, sizing
 from deploy import settings as settings_module
 from deploy.errors import RenderError
 from deploy.render.alerts import rule_groups
@@ -132,6 +132,7 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "shm": shm,
         "shm_size_mib": shm.total_mib,
         "max_request_bytes": sizing.max_request_bytes(settings),
+        "fd": screening.context(settings),  # the front door's screening rules (issue 37)
         "pod_memory_limit_mib": sizing.pod_memory_limit_mib(settings),
         "min_triton_release": MIN_TRITON_RELEASE,
         "compose_token": "${TRITON_ADMIN_TOKEN:?set TRITON_ADMIN_TOKEN (see deploy/README.md)}",

@@ -335,6 +335,20 @@ class WatchPolicy:
 Launcher = Callable[[], "subprocess.Popen[Any]"]
 
 
+def exposed_listeners(command: Sequence[str]) -> list[str]:
+    """The server's HTTP and gRPC listeners bound beyond loopback (tritonserver's default address is 0.0.0.0).
+
+    Requests there skip the TLS proxy's screening, which Triton 2.51 needs (docs/SECURITY.md): said at start.
+    """
+    flags = dict(arg[2:].split("=", 1) for arg in command[1:] if arg.startswith("--") and "=" in arg)
+    exposed = []
+    for protocol, default_port in (("http", "8000"), ("grpc", "8001")):
+        address = flags.get(f"{protocol}-address", "0.0.0.0")
+        if flags.get(f"allow-{protocol}", "true") != "false" and address not in ("127.0.0.1", "::1", "localhost"):
+            exposed.append(f"{protocol.upper()} {address}:{flags.get(f'{protocol}-port', default_port)}")
+    return exposed
+
+
 def launch_command(command: Sequence[str]) -> Launcher:
     """Start `command` in its own process group, so a SIGKILL reaches its children (the backend stubs) too."""
     return lambda: subprocess.Popen(list(command), start_new_session=True)
@@ -676,6 +690,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy = WatchPolicy(failures=args.failures, interval_s=args.interval_s, timeout_s=args.timeout_s,
                              grace_s=args.grace_s, restart_grace_s=args.restart_grace_s,
                              start_timeout_s=args.start_timeout_s)
+        if Path(command[0]).name == "tritonserver" and exposed_listeners(command):
+            logging.warning("Triton listens beyond loopback (%s): requests there skip the TLS proxy's screening "
+                            "(docs/SECURITY.md); keep them closed to clients", ", ".join(exposed_listeners(command)))
         restart_on = [reason for reason in args.restart_on.split(",") if reason]
         metrics = WatchdogMetrics(args.state_file)
         supervisor = Supervisor(launch_command(command), args.url, args.model, policy, metrics=metrics,

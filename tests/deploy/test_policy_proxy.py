@@ -104,3 +104,57 @@ def test_a_canary_share_renders_a_weighted_split_that_nginx_accepts(tmp_path: Pa
     assert tested.returncode == 0, tested.stderr
     with pytest.raises(SettingsError, match="needs canary_model = yolo_vN"):
         Settings(canary_percent=10, canary_model="other")
+
+
+# The front door (issue 37, deploy/policy/front_door.py): each rule, broken once, is reported.
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("ECDHE-RSA-AES128-GCM-SHA256:", "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-SHA256:", "AEAD suites only"),
+        ('add_header Strict-Transport-Security "max-age=31536000" always;', "", "Strict-Transport-Security"),
+        ("return 404 '{\"error\":\"not served here", "proxy_pass http://triton_http; return 404 '{\"error\":\"x",
+         "the catch-all must refuse"),
+        ("|ModelConfig)$", "|ModelConfig|RepositoryModelLoad)$", "gRPC must route only"),
+        ('if ($http_transfer_encoding) {', 'if ($http_x_never) {', "must screen its request"),
+        ("limit_except POST {", "limit_except POST GET {", "must screen its request"),
+        ('if ($http_content_encoding !~* "^(identity)?$") {', "if ($http_x_never) {", "must screen its request"),
+        ('"absent:" "";', '"absent:" "";\n        "~^absent:" "";', "capped at 4096 bytes"),
+        ("4096)$", "40960)$", "capped at 4096 bytes"),
+        ("client_body_timeout 15s;", "", "client_body_timeout must be set once"),
+        ("limit_conn per_client 512;", "", "limit connections per client"),
+        ("error_page 502 504 =503 @triton_unavailable;", "", "503 with Retry-After"),
+        ("add_header grpc-status 14 always;", "", "UNAVAILABLE"),
+    ],
+)
+def test_each_front_door_rule_catches_its_regression(conf: str, old: str, new: str, expected: str) -> None:
+    assert old in conf
+    problems = proxy_violations(conf.replace(old, new, 1), Settings())
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_json_cap_matches_exactly_the_lengths_up_to_the_limit() -> None:
+    import re
+
+    from deploy.screening import at_most
+
+    for limit in (9, 10, 99, 100, 4096, 65535):
+        pattern = re.compile(at_most(limit))
+        assert [n for n in range(limit * 3) if bool(pattern.match(str(n))) != (n <= limit)] == []
+        assert not pattern.match("0" + str(limit)) and not pattern.match("-1") and not pattern.match("")
+
+
+def test_the_watchdog_names_the_listeners_that_skip_the_proxy() -> None:
+    """Compose: Triton on loopback only, nothing to say. Kubernetes: HTTP on the pod's address (the rollout Job's)."""
+    from deploy import commands
+    from generator.server.watchdog import exposed_listeners
+
+    def triton(command: list[str]) -> list[str]:
+        return command[command.index("tritonserver"):]
+
+    settings = Settings()
+    compose = commands.serve_command(settings, gpu=False, token="t")
+    k8s = commands.serve_command(settings, gpu=True, token="t", http_address=commands.K8S_HTTP_ADDRESS)
+    assert exposed_listeners(triton(compose)) == []
+    assert exposed_listeners(triton(k8s)) == [f"HTTP 0.0.0.0:{settings.http_port}"]
+    assert exposed_listeners(["tritonserver", "--model-repository=/m"]) == ["HTTP 0.0.0.0:8000", "GRPC 0.0.0.0:8001"]
+    assert exposed_listeners(["tritonserver", "--allow-grpc=false", "--http-address=::1"]) == []

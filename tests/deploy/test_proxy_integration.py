@@ -153,16 +153,21 @@ def test_the_limit_admits_a_full_batch_of_maximum_images_and_nothing_more(pod: P
     assert isinstance(error, InferenceServerException) and "larger than" in str(error.message())
 
 
-def test_admin_apis_stay_restricted_through_the_proxy(pod: Pod) -> None:
+def test_admin_apis_are_not_routed_by_the_proxy_and_stay_restricted_inside_the_pod(pod: Pod) -> None:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
+    key = {"triton-grpc-protocol-admin-key": TOKEN}
     client = grpcclient.InferenceServerClient(f"localhost:{pod.settings.proxy_grpc_port}", ssl=True,
                                               root_certificates=str(pod.ca))
-    with pytest.raises(InferenceServerException, match="restricted"):
-        client.get_model_repository_index()
-    assert client.get_model_repository_index(headers={"triton-grpc-protocol-admin-key": TOKEN}) is not None
+    with pytest.raises(InferenceServerException, match="not served here"):  # the public port: not even with the key
+        client.get_model_repository_index(headers=key)
     client.close()
+    inside = grpcclient.InferenceServerClient(pod.direct_grpc)  # Triton's loopback, where operators and rollouts go
+    with pytest.raises(InferenceServerException, match="restricted"):
+        inside.get_model_repository_index()
+    assert inside.get_model_repository_index(headers=key) is not None
+    inside.close()
 
 
 @pytest.mark.slow
