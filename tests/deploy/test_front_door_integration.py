@@ -18,7 +18,7 @@ import pytest
 
 from clients import DetectionClient
 from deploy import screening
-from deploy.render import NGINX_CONF
+from deploy.render.files import NGINX_CONF
 
 from . import front_door
 from .pod import TOKEN, Pod, pod_settings, start_nginx, stop, wait_for_port
