@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 # A layer whose relative error exceeds its inputs' by this much "jumps": the error starts there (a sound INT8
 # calibration adds 1-3 % per layer on the fixtures; a range 50x too narrow adds 10-100x that).
 JUMP_THRESHOLD = 0.05
+JUMP_SHARE = 0.25
 _EPS = 1e-12
 
 
@@ -52,6 +53,7 @@ class LayerwiseReport:
     provider: str
     images: int
     compared: int
+    threshold: float  # a layer adding more relative error than this to its inputs' is where the error jumps
     layers: tuple[LayerError, ...]  # graph order
     first_jumps: tuple[LayerError, ...]  # the first layers (graph order) where the error jumps
     worst: tuple[LayerError, ...]  # the layers in the precision asked for that introduce the most error
@@ -62,7 +64,7 @@ class LayerwiseReport:
     def to_markdown(self, rows: int = 40) -> str:
         lines = [f"# Layer-wise error: {self.precision.upper()} ({self.provider}) against FP32 (CPU)", "",
                  f"{self.compared} tensors compared on {self.images} images; the error starts where a layer "
-                 f"adds more than {JUMP_THRESHOLD:g} relative error to its inputs'.", ""]
+                 f"adds more than {self.threshold:.3g} relative error to its inputs'.", ""]
         lines += _section("First jumps (graph order)", self.first_jumps)
         lines += _section("Worst layers (most error introduced)", self.worst)
         shown = self.layers[:rows]
@@ -217,12 +219,20 @@ def compare_layers(reference: onnx.ModelProto, candidate: onnx.ModelProto, image
             sums.setdefault(name, _Sums()).add(ref, cand)
     layers = _layers(reference, order, sums, node_precisions(candidate), decisions or {})
     # Only a layer computed in lower precision makes new error; an FP32 one (a SiLU's Mul) only carries it on.
-    jumps = tuple(x for x in layers if x.precision != "fp32" and x.introduced > JUMP_THRESHOLD)[:worst]
+    lowered_layers = [x for x in layers if x.precision != "fp32"]
+    threshold = jump_threshold(lowered_layers)
+    jumps = tuple(x for x in lowered_layers if x.introduced > threshold)[:worst]
     # The remedy's candidates: layers in the precision asked for (an INT8 build's FP16 float layers are not
     # quantized, so --int8-exclude would not change them).
     lowered = sorted((x for x in layers if x.precision == precision), key=lambda x: -x.introduced)
-    return LayerwiseReport(precision, cand_session.provider, len(images), len(layers), tuple(layers), jumps,
+    return LayerwiseReport(precision, cand_session.provider, len(images), len(layers), threshold, tuple(layers), jumps,
                            tuple(x for x in lowered[:worst] if x.introduced > 0))
+
+
+def jump_threshold(layers: Sequence[LayerError]) -> float:
+    """``JUMP_THRESHOLD``, or a quarter of the most any layer adds when that is more: a broken layer stands out
+    against the others of the same run, not against a fixed number that a sound but noisy layer may also pass."""
+    return max(JUMP_THRESHOLD, JUMP_SHARE * max((x.introduced for x in layers), default=0.0))
 
 
 def _layers(reference: onnx.ModelProto, order: Sequence[tuple[int, onnx.NodeProto, str]],
@@ -246,7 +256,7 @@ def _layers(reference: onnx.ModelProto, order: Sequence[tuple[int, onnx.NodeProt
 def summary(report: LayerwiseReport) -> str:
     """One line: where the error starts."""
     if not report.first_jumps:
-        return (f"layer-wise: no {report.precision} layer adds more than {JUMP_THRESHOLD:g} relative error "
+        return (f"layer-wise: no {report.precision} layer adds more than {report.threshold:.3g} relative error "
                 f"({report.compared} tensors)")
     first = report.first_jumps[0]
     return (f"layer-wise: the {report.precision} error starts at {first.node} ({first.op_type}, {first.precision}, "

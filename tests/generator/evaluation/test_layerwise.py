@@ -77,6 +77,13 @@ def test_narrowed_ranges_are_located_at_the_convolutions_that_read_them(family, 
     added = {x.node: x.introduced for x in report.layers}
     clean_most = max(x.introduced for x in clean.layers if x.precision == "int8")
     assert min(added[name] for name in readers) > 3 * clean_most, summary(clean)
+    # The remedy: with those convolutions kept in float, nothing jumps there and the head's error is back near the
+    # sound calibration's (measured 1.16x of it on yolo11, whose Q/DQ placement the exclusion changes nearby).
+    kept = _int8(model, calibration, tmp_path, nodes_to_exclude=tuple(readers))
+    remedied = compare_layers(model, kept, control, SIZE, "int8")
+    assert not {x.node for x in remedied.first_jumps} & set(readers)
+    assert remedied.layers[-1].rel < report.layers[-1].rel
+    assert remedied.layers[-1].rel <= 1.25 * clean.layers[-1].rel
 
 
 def test_the_report_names_why_a_layer_stayed_in_float(family, control, tmp_path):

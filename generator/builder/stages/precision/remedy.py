@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import onnx
 
 from generator.builder.spec.options import BuildOptions
+from generator.builder.stages.precision.int8 import OP_TYPES_TO_QUANTIZE
 from generator.evaluation.gate import GateReport
 from generator.evaluation.layerwise import LayerwiseReport, compare_layers, decisions_from_facts, remedy_flag
 from generator.model.onnx_inspect import DetectorInfo
@@ -64,6 +65,7 @@ def lower_and_gate(source: onnx.ModelProto, info: DetectorInfo, options: BuildOp
     """Lower ``source`` to ``options.precision`` and gate it; on failure keep the worst layers and retry."""
     budget = options.calibration.auto_keep
     kept: dict[str, str] = {}
+    attempt = 1
     while True:
         model, facts = lower(source, info, options)
         report = measure(model)
@@ -72,16 +74,44 @@ def lower_and_gate(source: onnx.ModelProto, info: DetectorInfo, options: BuildOp
         diagnosis = diagnose(source, model, facts, info, options.precision, images)
         logger.warning("accuracy gate failed (drop %.2f pt); %s", report.drop_points,
                        diagnosis.to_markdown(rows=0).split("\n## All layers")[0])
-        room = min(KEEP_PER_ROUND, budget - len(kept))
-        new = [layer for layer in diagnosis.worst if layer.node not in kept][:room]
+        new = _next_kept(source, diagnosis, kept, options.precision, budget - len(kept), attempt)
         if not new:
             return Remedied(model, _with_record(facts, kept), report, options, diagnosis)
-        for layer in new:
-            kept[layer.node] = (f"re-check {len(kept) // KEEP_PER_ROUND + 1}: relative error {layer.rel:.3f}, "
-                                f"{layer.introduced:+.3f} over its inputs; gate drop {report.drop_points:.2f} pt")
-        logger.warning("--auto-keep: keeping %s out of %s (%s) and re-checking", ", ".join(x.node for x in new),
+        kept.update({node: f"{why}; gate drop {report.drop_points:.2f} pt" for node, why in new.items()})
+        logger.warning("--auto-keep: keeping %s out of %s (%s) and re-checking", ", ".join(new),
                        options.precision, remedy_flag(options.precision))
-        options = with_kept(options, [layer.node for layer in new])
+        options = with_kept(options, list(new))
+        attempt += 1
+
+
+def _next_kept(source: onnx.ModelProto, diagnosis: LayerwiseReport, kept: dict[str, str], precision: str,
+               room: int, attempt: int) -> dict[str, str]:
+    """The next layers to keep (the worst not kept yet, ``KEEP_PER_ROUND`` of them, at most ``room``), and why.
+
+    INT8: ONNX Runtime's quantizer keeps one Q/DQ pair per tensor while any quantized Conv reads it, and every
+    other reader (a residual Add, a Concat) then reads the rounded tensor too; the other Convs that read the
+    same input are kept with a layer, so that the tensor's Q/DQ goes.
+    """
+    chosen: dict[str, str] = {}
+    for layer in diagnosis.worst:
+        if len(chosen) >= min(KEEP_PER_ROUND, room):
+            break
+        if layer.node in kept or layer.node in chosen:
+            continue
+        chosen[layer.node] = (f"re-check {attempt}: relative error {layer.rel:.3f}, {layer.introduced:+.3f} "
+                              "over its inputs")
+        if precision == "int8":
+            for sibling in _readers_of_same_input(source, layer.node):
+                chosen.setdefault(sibling, f"re-check {attempt}: reads the same INT8 input as {layer.node}")
+    return dict(list((n, w) for n, w in chosen.items() if n not in kept)[:room])
+
+
+def _readers_of_same_input(model: onnx.ModelProto, name: str) -> list[str]:
+    node = next((n for n in model.graph.node if n.name == name), None)
+    if node is None or node.op_type not in OP_TYPES_TO_QUANTIZE or not node.input:
+        return []
+    return [n.name for n in model.graph.node
+            if n.op_type in OP_TYPES_TO_QUANTIZE and n.name != name and n.input[:1] == node.input[:1]]
 
 
 def _with_record(facts: dict[str, str], kept: dict[str, str]) -> dict[str, str]:
