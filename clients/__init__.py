@@ -1,6 +1,6 @@
 """Detection clients for the Triton ensemble: gRPC or HTTP, blocking or asyncio."""
 
-from clients._errors_map import connection_failure
+from clients._errors_map import busy_error, connection_failure
 from clients.async_client import AsyncDetectionClient
 from clients.contract import load_model_info
 from clients.detection import Detection, DetectionResult, ModelInfo
@@ -11,6 +11,7 @@ from clients.errors import (
     ImageSourceError,
     InferenceError,
     RestrictedApiError,
+    ServerBusyError,
     ServerUnavailableError,
     TlsError,
 )
@@ -31,8 +32,10 @@ __all__ = [
     "ModelInfo",
     "RestrictedApiError",
     "RetryPolicy",
+    "ServerBusyError",
     "ServerUnavailableError",
     "TlsError",
+    "busy_error",
     "connection_failure",
     "load_model_info",
     "parse_endpoint",

@@ -63,6 +63,18 @@ def _ensemble_counts(pod: Pod) -> tuple[float, float]:
     return total("nv_inference_request_success"), total("nv_inference_request_failure")
 
 
+def _counts_after(pod: Pod, before: tuple[float, float], served: int) -> tuple[float, float]:
+    """Triton's counts since ``before`` once the ensemble has counted ``served`` (it counts a request just after
+    answering it), or what it counted within 5 s."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        now = _ensemble_counts(pod)
+        delta = (now[0] - before[0], now[1] - before[1])
+        if delta[0] >= served or time.monotonic() > deadline:
+            return delta
+        time.sleep(0.1)
+
+
 def _http_body(image: bytes) -> tuple[bytes, int]:
     import tritonclient.http as httpclient
 
@@ -108,7 +120,6 @@ def test_an_https_burst_above_the_limit_is_refused_at_once_and_never_reaches_tri
     limit = _limit(pod)
     before = _ensemble_counts(pod)
     answers = _https_burst(pod, frame, BURST_FACTOR * limit)
-    after = _ensemble_counts(pod)
     refused = [a for a in answers if a.status == 429]
     served = [a for a in answers if a.status == 200]
     refused_ms = sorted(a.latency_ms for a in refused)
@@ -121,7 +132,7 @@ def test_an_https_burst_above_the_limit_is_refused_at_once_and_never_reaches_tri
     assert {json.loads(a.body)["error"] for a in refused} == {proxy_admission.BUSY_MESSAGE}
     assert np.percentile(refused_ms, 99) < REFUSAL_P99_MS
     # Triton answered exactly the admitted requests and failed none: the refused never reached it.
-    assert (after[0] - before[0], after[1] - before[1]) == (len(served), 0)
+    assert _counts_after(pod, before, len(served)) == (len(served), 0)
 
 
 def test_a_grpc_burst_above_the_limit_is_resource_exhausted_at_once(pod: Pod, frame: bytes) -> None:
@@ -134,7 +145,6 @@ def test_a_grpc_burst_above_the_limit_is_resource_exhausted_at_once(pod: Pod, fr
         sender.one_by_one(1)  # the channel's TLS session first: the burst then measures admission alone
         before = _ensemble_counts(pod)
         outcomes = sender.burst(BURST_FACTOR * limit)
-        after = _ensemble_counts(pod)
     finally:
         sender.close()
     refused = [o for o in outcomes if not o.ok]
@@ -143,4 +153,53 @@ def test_a_grpc_burst_above_the_limit_is_resource_exhausted_at_once(pod: Pod, fr
           f"refused (p99 {np.percentile([o.latency_ms for o in refused], 99):.1f} ms)")
     assert {(o.status, o.message) for o in refused} == {("StatusCode.RESOURCE_EXHAUSTED", proxy_admission.BUSY_MESSAGE)}
     assert limit <= len(served) < len(outcomes) and len(refused) >= limit
-    assert (after[0] - before[0], after[1] - before[1]) == (len(served), 0)
+    assert _counts_after(pod, before, len(served)) == (len(served), 0)
+
+
+def _client_burst(pod: Pod, image: bytes, protocol: str, count: int, retry: object) -> list[object]:
+    """``count`` project clients (one each, connected first) calling ``detect`` together: each result or error."""
+    from clients import DetectionClient
+
+    url = pod.grpcs_url if protocol == "grpc" else pod.https_url
+    clients = [DetectionClient(url, model=pod.settings.model_name, timeout_s=30, retry=retry,  # type: ignore[arg-type]
+                               client_options=pod.tls_options(protocol)) for _ in range(count)]
+    for client in clients:
+        client.wait_until_ready(30)
+    start, results, lock = threading.Barrier(count), [], threading.Lock()
+
+    def call(client: object) -> None:
+        start.wait()
+        try:
+            outcome: object = client.detect(image)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 -- the outcome under test
+            outcome = exc
+        with lock:
+            results.append(outcome)
+
+    threads = [threading.Thread(target=call, args=(c,)) for c in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for client in clients:
+        client.close()
+    return results
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_the_project_clients_read_a_refusal_as_back_pressure_and_retry_after_it(pod: Pod, frame: bytes,
+                                                                                 protocol: str) -> None:
+    from clients import ServerBusyError
+    from clients.retry import DEFAULT_RETRY, NO_RETRY
+
+    count = BURST_FACTOR * _limit(pod)
+    once = _client_burst(pod, frame, protocol, count, NO_RETRY)
+    busy = [r for r in once if isinstance(r, ServerBusyError)]
+    assert busy and all(not isinstance(r, Exception) or isinstance(r, ServerBusyError) for r in once), once
+    assert {b.retry_after_s for b in busy} == {float(proxy_admission.RETRY_AFTER_S)}
+    # The default policy waits the Retry-After (plus jitter) and tries again, at most 4 times in all: a burst of
+    # twice the limit loses nothing (four times the limit can outlast four attempts, and then says busy).
+    retried = _client_burst(pod, frame, protocol, 2 * _limit(pod), DEFAULT_RETRY)
+    print(f"\n{protocol}: {count} clients at once: {len(busy)} refused without retries; {len(retried)} at once with "
+          f"the default retries: {sum(not isinstance(r, Exception) for r in retried)} answered")
+    assert not [r for r in retried if isinstance(r, Exception)], [r for r in retried if isinstance(r, Exception)][:3]
