@@ -23,6 +23,13 @@ sheds load itself:
   probe waits at most for the batch each step is running, and a probe rejected for a slow batch under
   overload would restart a server that is only busy.
 
+In front of the steps, the deployed proxy bounds the ensemble as a whole: ``max_in_flight`` (:func:`in_flight_limit`,
+recorded in the manifest) inference requests in progress, HTTP and gRPC together; the one above it is refused
+before Triton reads a byte (429 with ``Retry-After``, RESOURCE_EXHAUSTED; deploy/proxy_admission.py). With at
+most that many in the pipeline no step's queue fills, no request is refused by a later step after an earlier one
+worked on it, and an accepted request's wait in all three queues together stays within the budget (issue 37).
+``generator serve`` has no such front door: there the steps' queues alone shed.
+
 ``max_queue_size`` counts requests, not images: a client sending N images per request fills the queue
 N times as fast, and the timeout, not the queue size, bounds its wait.
 
