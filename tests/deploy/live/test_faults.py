@@ -191,6 +191,11 @@ def _summary(outcomes: list[Outcome]) -> str:
             f" ms); refused {len(refused)} (p50 {percentile(refused, 50):.1f} ms, p99 {percentile(refused, 99):.1f} ms)")
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "issue 37, open: at 10x capacity on one gRPC connection nginx's HTTP/2 flood guard (more than 10,000 frames "
+    "queued for a client that reads its refusals too slowly) closes the connection with GOAWAY; the streams in "
+    "flight are lost to the client (UNAVAILABLE 'Stream removed') while Triton keeps working on them, so its "
+    "queues overflow ('Exceeds maximum queue size'). Reproduced on the embedded pod at 350 requests/s"))
 def test_ten_times_the_capacity_is_refused_at_once_and_accepted_requests_stay_in_budget(stack: LiveStack) -> None:
     """10x what the stack serves, through the proxy: the requests above the build's in-flight limit are refused at
     the proxy at once (RESOURCE_EXHAUSTED, deploy/proxy_admission.py), the accepted ones are answered within the
