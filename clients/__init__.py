@@ -1,7 +1,7 @@
 """Detection clients for the Triton ensemble: gRPC or HTTP, blocking or asyncio."""
 
 try:
-    from clients._errors_map import connection_failure
+    from clients._errors_map import busy_error, connection_failure
     from clients.async_client import AsyncDetectionClient
     from clients.contract import load_model_info
     from clients.detection import Detection, DetectionResult, ModelInfo
@@ -12,6 +12,7 @@ try:
         ImageSourceError,
         InferenceError,
         RestrictedApiError,
+        ServerBusyError,
         ServerUnavailableError,
         TlsError,
     )
@@ -37,8 +38,10 @@ __all__ = [
     "ModelInfo",
     "RestrictedApiError",
     "RetryPolicy",
+    "ServerBusyError",
     "ServerUnavailableError",
     "TlsError",
+    "busy_error",
     "connection_failure",
     "load_model_info",
     "parse_endpoint",

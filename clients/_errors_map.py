@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import re
 
 from clients.endpoint import Endpoint
 from clients.errors import (
@@ -10,11 +11,17 @@ from clients.errors import (
     ClientTimeoutError,
     InferenceError,
     RestrictedApiError,
+    ServerBusyError,
     ServerUnavailableError,
     TlsError,
 )
 
 _UNAVAILABLE = {"StatusCode.UNAVAILABLE", "503"}
+# Refused under overload before any work: the proxy's in-flight limit (429 / RESOURCE_EXHAUSTED; its message ends
+# "retry after N s", the HTTP answer's Retry-After, which tritonclient does not hand over) or a full Triton queue.
+_BUSY = {"StatusCode.RESOURCE_EXHAUSTED", "429"}
+_QUEUE_FULL = "Exceeds maximum queue size"
+_RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) s")
 _TIMEOUT = {"StatusCode.DEADLINE_EXCEEDED", "504"}
 # Triton's answers to a restricted API without the key: HTTP 403 "This API is restricted, expecting header
 # '<key>'", gRPC UNAVAILABLE "This protocol is restricted, expecting header 'triton-grpc-protocol-<key>'".
@@ -87,6 +94,9 @@ def _from_triton(status: str | None, message: str, endpoint: Endpoint, timeout_s
             f"Triton at {endpoint} restricts this API to its admin key ({message}); pass admin_key= "
             "(python -m generator serve prints it; deployments keep it in TRITON_ADMIN_TOKEN)"
         )
+    busy = busy_error(status, message, f"Triton at {endpoint}")
+    if busy is not None:
+        return busy
     if status in _TIMEOUT:
         return ClientTimeoutError(f"no answer from {endpoint} within {timeout_s:.3g} s ({message})")
     if status in _UNAVAILABLE or _NO_VERSION in message:
@@ -94,6 +104,14 @@ def _from_triton(status: str | None, message: str, endpoint: Endpoint, timeout_s
     if status is None:  # raised by tritonclient itself, before or after the wire
         return ClientError(f"tritonclient: {message}")
     return InferenceError(message, status=status)
+
+
+def busy_error(status: str | None, message: str, server: str = "the server") -> ServerBusyError | None:
+    """The refusal under overload that ``status`` and ``message`` describe (with the time it names), or None."""
+    if not (status in _BUSY or (status in _UNAVAILABLE and _QUEUE_FULL in message)):
+        return None
+    after = _RETRY_AFTER.search(message)
+    return ServerBusyError(f"{server} is busy: {message}", float(after[1]) if after else None)
 
 
 def _is_timeout(exc: BaseException) -> bool:

@@ -15,6 +15,19 @@ class ServerUnavailableError(ClientError):
     """
 
 
+class ServerBusyError(ServerUnavailableError):
+    """The server refused the request under overload, before working on it: back-pressure, not a fault.
+
+    The deployed proxy's in-flight limit (HTTP 429 with ``Retry-After``, gRPC RESOURCE_EXHAUSTED) or a full Triton
+    queue (503 / UNAVAILABLE "Exceeds maximum queue size"). Retried like any `ServerUnavailableError`, but not
+    before ``retry_after_s`` when the server named one; callers that count outcomes count it apart from errors.
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class TlsError(ClientError):
     """No TLS connection: the server's certificate is not signed by a CA the client trusts, does not name the
     host the client dialled, or one side does not speak TLS. The message says which; never retried.

@@ -1,7 +1,9 @@
 """Retries with capped exponential backoff and full jitter, inside one deadline per call.
 
 Only `ServerUnavailableError` is retried: Triton shedding load (UNAVAILABLE / 503 "Exceeds maximum queue
-size"), a server that is draining or restarting, a connection refused or reset. A bad image, an unknown
+size"), the proxy's in-flight limit (429 / RESOURCE_EXHAUSTED), a server that is draining or restarting, a
+connection refused or reset. A refusal that names a ``Retry-After`` (`ServerBusyError.retry_after_s`) is not
+retried sooner; one whose wait would pass the call's deadline is raised at once. A bad image, an unknown
 model, a restricted API or a timeout fail the same way again, so they are raised at once. Detection only
 reads, so sending a request again is safe. Full jitter (a pause drawn from [0, backoff]) keeps clients that
 were rejected together from coming back together.
@@ -18,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from clients.errors import ClientError, ClientTimeoutError, ServerUnavailableError
+from clients.errors import ClientError, ClientTimeoutError, ServerBusyError, ServerUnavailableError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,6 +72,8 @@ class RetryBudget:
         if not isinstance(exc, ServerUnavailableError) or self.failures >= self.policy.attempts:
             raise exc
         pause = self.policy.backoff_s(self.failures - 1, self._rng)
+        if isinstance(exc, ServerBusyError) and exc.retry_after_s is not None:
+            pause += exc.retry_after_s  # the jitter on top keeps refused clients from returning together
         if pause >= self.remaining():
             raise exc
         logger.debug("%s: attempt %d failed (%s); retrying in %.2f s", self.what, self.failures, exc, pause)

@@ -236,6 +236,9 @@ class Settings:
     alert_queue_ms: int = 50
     # Alert when the share of images answered with no detection rises this many points above the last hour's.
     alert_empty_jump_points: int = 20
+    # Ratio and latency alerts stay silent below this many ensemble requests (or images) per minute over their
+    # window: a handful of requests is no share and no p95. Well above the watchdog's probes (12 a minute).
+    alert_min_per_minute: int = 60
     alert_gpu_memory_percent: int = 90
     # Power draw at this share of the limit: the GPU is power-capped, its clocks throttled.
     alert_power_percent: int = 98
@@ -366,7 +369,7 @@ _POSITIVE = (
     "max_image_pixels", "cuda_pool_mib", "locust_workers", "locust_users", "locust_spawn_rate", "replicas", "hpa_min_replicas",
     "hpa_max_replicas", "queue_time_target_ms", "gpus_per_pod", "memory_request_mib", "probe_failures",
     "probe_interval_s", "probe_timeout_s", "exit_timeout_s", "latency_sla_p95_ms", "alert_error_percent",
-    "alert_queue_ms", "alert_empty_jump_points", "alert_gpu_memory_percent", "alert_power_percent",
+    "alert_queue_ms", "alert_empty_jump_points", "alert_gpu_memory_percent", "alert_power_percent", "alert_min_per_minute",
 )
 _PERCENTS = ("alert_error_percent", "alert_empty_jump_points", "alert_gpu_memory_percent", "alert_power_percent")
 _PORTS = (

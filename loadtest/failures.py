@@ -1,4 +1,5 @@
-"""What a Locust user does with a request that failed: name the cause, and back off when nothing was reached.
+"""What a Locust user does with a request that failed: name the cause, and back off when nothing was reached or
+the server refused it under overload (back-pressure, counted apart from errors).
 
 Kept apart from users.py, which imports Locust (and with it gevent's monkey-patching), so it is tested alone.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from clients import connection_failure
+from clients import busy_error, connection_failure
 
 from .errors import InferenceFailed
 
@@ -48,3 +49,24 @@ def named_failure(exc: BaseException, address: str) -> tuple[BaseException, bool
         # is a bare "InferenceServerException()": every gRPC failure, whatever its cause, showed in one row.
         return InferenceFailed(str(exc)), False
     return exc, False
+
+
+# Refusals under overload, one stable text per cause, so Locust counts each in one row and the report tells them
+# from errors by this prefix (users.py quitting_report).
+REFUSED_PREFIX = "refused under overload: "
+BUSY_PAUSE_S = 0.5  # without a Retry-After (a full Triton queue)
+BUSY_MAX_S = 5.0
+
+
+def refusal(exc: BaseException) -> tuple[InferenceFailed, float] | None:
+    """For a request the server refused under overload (the proxy's in-flight limit, a full Triton queue): the
+    failure as Locust reports it and how long the user backs off (the Retry-After named, bounded); else None."""
+    status, message = getattr(exc, "status", None), getattr(exc, "message", None)
+    code = status() if callable(status) else status
+    text = message() if callable(message) else str(exc)
+    busy = busy_error(None if code is None else str(code), str(text or ""))
+    if busy is None:
+        return None
+    cause = "the proxy's in-flight limit" if busy.retry_after_s is not None else "a full Triton queue"
+    pause = min(BUSY_MAX_S, busy.retry_after_s if busy.retry_after_s is not None else BUSY_PAUSE_S)
+    return InferenceFailed(REFUSED_PREFIX + cause), random.uniform(pause, 1.2 * pause)

@@ -233,10 +233,11 @@ def _processes(run: LocustRun, log_path: Path) -> tuple[int, CpuReport]:
 
 def _client_point(run: LocustRun, info: dict[str, Any]) -> LatencyPoint:
     requests, failures = int(info["requests"]), int(info["failures"])
+    answered = requests - failures - int(info.get("refused") or 0)  # refusals under overload are neither
     elapsed = float(info.get("elapsed_s") or 0.0)
     return LatencyPoint(
         tool="locust", concurrency=run.users, requests=requests, failures=failures,
-        throughput_rps=round((requests - failures) / elapsed, 3) if elapsed > 0 else 0.0,
+        throughput_rps=round(answered / elapsed, 3) if elapsed > 0 else 0.0,
         p50_ms=info.get("p50_ms"), p90_ms=info.get("p90_ms"), p95_ms=info.get("p95_ms"),
         p99_ms=info.get("p99_ms"), avg_ms=info.get("avg_ms"), label=run.protocol,
     )

@@ -28,7 +28,7 @@ from clients.request import image_request
 from generator.serving.contract import NUM_DETECTIONS
 
 from .errors import InferenceFailed
-from .failures import Backoff, named_failure
+from .failures import REFUSED_PREFIX, Backoff, named_failure, refusal
 from .images import DEFAULT_SIZES, build_corpus
 from .report import threshold_breaches
 from .target import host_of, user_address
@@ -172,12 +172,17 @@ class TritonUser(User):
         self._cursor = (self._cursor + 1) % len(self._requests)
         start_time = time.time()
         start = time.perf_counter()
-        received, error, model, unreached = 0, None, self.settings.model, False
+        received, model, unreached, busy_s = 0, self.settings.model, False, 0.0
+        error: BaseException | None = None
         try:
             model = self.model()
             received = self.send(request, model)
         except Exception as exc:  # noqa: BLE001 -- every failure is a data point for Locust, not a crash
-            error, unreached = named_failure(exc, _address(self.host, self.protocol)[0])
+            refused = refusal(exc)
+            if refused is not None:
+                error, busy_s = refused
+            else:
+                error, unreached = named_failure(exc, _address(self.host, self.protocol)[0])
         self.environment.events.request.fire(
             request_type=self.protocol,
             name=model,
@@ -193,6 +198,7 @@ class TritonUser(User):
             time.sleep(self._backoff.failed())  # gevent's sleep under Locust: the other users go on
         else:
             self._backoff.reached()
+            time.sleep(busy_s)  # back-pressure: not before the Retry-After the server named
 
 
 def _check_result(result: Any) -> None:
@@ -305,7 +311,12 @@ def quitting_report(environment: Environment, max_users: int, workers: int = 0) 
     sla = getattr(options, "triton_sla_p95_ms", None)
     max_fail = getattr(options, "triton_max_fail_ratio", None)
     p95 = total.get_response_time_percentile(0.95) if total.num_requests - total.num_failures > 0 else None
-    reasons = threshold_breaches(p95, total.fail_ratio, total.num_requests, sla, max_fail)
+    # Refusals under overload are back-pressure the users obeyed, not errors: the failure ratio leaves them out.
+    # Errors from workers arrive as their repr(), hence a substring match.
+    refused = sum(e.occurrences for e in environment.stats.errors.values() if REFUSED_PREFIX in str(e.error))
+    errors = total.num_failures - refused
+    reasons = threshold_breaches(p95, errors / total.num_requests if total.num_requests else 0.0, total.num_requests,
+                                 sla, max_fail)
     if sla is not None or max_fail is not None:
         environment.process_exit_code = 2 if reasons else 0
     ok = total.num_requests - total.num_failures > 0
@@ -315,7 +326,8 @@ def quitting_report(environment: Environment, max_users: int, workers: int = 0) 
 
     info.update(
         requests=total.num_requests,
-        failures=total.num_failures,
+        failures=errors,
+        refused=refused,
         p50_ms=pct(0.50),
         p90_ms=pct(0.90),
         p95_ms=p95,

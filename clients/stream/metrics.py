@@ -18,6 +18,7 @@ COUNTERS = {
     "skipped": "frames left out by --fps sampling",
     "sent": "frames sent to the server",
     "answered": "frames answered by the server",
+    "refused": "frames the server refused under overload (back-pressure)",
     "failed": "frames whose request failed",
     "dropped": "frames replaced by a newer one before they could be sent (latest-frame-wins)",
     "decode_errors": "corrupt packets skipped by the decoder",

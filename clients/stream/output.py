@@ -40,10 +40,10 @@ def summary_table(summaries: Sequence[dict[str, Any]]) -> list[str]:
 
     width = max([6, *(len(s["stream"]) for s in summaries)])
     lines = [f"{'stream':<{width}}  {'status':<12} {'read':>6} {'sent':>6} {'answered':>8} {'dropped':>7} "
-             f"{'failed':>6} {'reconn':>6} {'p50 ms':>7} {'p95 ms':>7}"]
+             f"{'refused':>7} {'failed':>6} {'reconn':>6} {'p50 ms':>7} {'p95 ms':>7}"]
     for s in summaries:
         lines.append(f"{s['stream']:<{width}}  {s['status']:<12} {s['read']:>6} {s['sent']:>6} {s['answered']:>8} "
-                     f"{s['dropped']:>7} {s['failed']:>6} {s['reconnects']:>6} {ms(s['p50_ms']):>7} "
+                     f"{s['dropped']:>7} {s['refused']:>7} {s['failed']:>6} {s['reconnects']:>6} {ms(s['p50_ms']):>7} "
                      f"{ms(s['p95_ms']):>7}")
         if s["last_error"] and (s["status"] == "failed" or not s["answered"]):
             lines.append(f"{'':<{width}}  last error: {s['last_error']}")

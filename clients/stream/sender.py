@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from clients.detection import DetectionResult
-from clients.errors import ClientError
+from clients.errors import ClientError, ServerBusyError
 from clients.stream.frame import Frame, payload
 from clients.stream.ordering import InOrder
 from clients.stream.slot import LatestSlot
@@ -18,6 +18,10 @@ from clients.stream.stats import StreamStats
 
 logger = logging.getLogger(__name__)
 Detect = Callable[[bytes], Awaitable[DetectionResult]]
+# After a refusal under overload the request slot stays taken this long, or the Retry-After the server named,
+# at most BUSY_MAX_S: the newest frame still goes next, and the frames meanwhile are dropped as usual.
+BUSY_PAUSE_S = 0.5
+BUSY_MAX_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,10 @@ class Sender:
             self._stats.add(sent=1)
             data = frame.jpeg if frame.jpeg is not None else await asyncio.to_thread(payload, frame, self._quality)
             result = await self._detect(data)
+        except ServerBusyError as exc:
+            self._stats.add(refused=1)
+            self._report(str(exc))
+            await asyncio.sleep(min(BUSY_MAX_S, exc.retry_after_s or BUSY_PAUSE_S))  # back-pressure, not a fault
         except ClientError as exc:
             self._stats.add(failed=1)
             self._stats.error(str(exc), source=False)

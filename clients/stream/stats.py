@@ -1,7 +1,7 @@
 """Per-stream counters and latency quantiles: what the summary at exit, the metrics and the sizing report show.
 
 Invariants the tests hold: every frame read is sent, dropped, or was still waiting when the run stopped
-(``read == sent + dropped + left``), and every frame sent is answered or failed. Latency is end to end, from the moment a frame was decoded to
+(``read == sent + dropped + left``), and every frame sent is answered, refused (the server busy) or failed. Latency is end to end, from the moment a frame was decoded to
 the moment its answer arrived: waiting for a free request slot and the JPEG encoding count, as a camera
 operator would count them. Quantiles come from a uniform reservoir of at most ``RESERVOIR`` samples (exact below
 that), so a stream that runs for days keeps a bounded memory.
@@ -40,6 +40,7 @@ class StreamStats:
     skipped: int = 0  # frames left out on purpose by --fps sampling (not drops)
     sent: int = 0
     answered: int = 0
+    refused: int = 0  # requests the server refused under overload (back-pressure: not errors)
     failed: int = 0  # requests that got an error (or no answer before shutdown)
     dropped: int = 0  # frames pushed out of the slot by a newer one (latest-frame-wins)
     left: int = 0  # frames still waiting when the run stopped: neither sent nor dropped by the policy
@@ -79,7 +80,8 @@ class StreamStats:
     def reset(self) -> None:
         """Forget what was counted so far (the sizing ramp's warm-up); the status and last error stay."""
         with self._lock:
-            for name in ("read", "skipped", "sent", "answered", "failed", "dropped", "left", "decode_errors",
+            for name in ("read", "skipped", "sent", "answered", "refused", "failed", "dropped", "left",
+                         "decode_errors",
                          "reconnects", "source_errors"):
                 setattr(self, name, 0)
             self._latencies_ms.clear()
@@ -92,7 +94,7 @@ class StreamStats:
             return {
                 "stream": self.name, "status": self.status,
                 "read": self.read, "skipped": self.skipped, "sent": self.sent, "answered": self.answered,
-                "failed": self.failed, "dropped": self.dropped, "left": self.left,
+                "refused": self.refused, "failed": self.failed, "dropped": self.dropped, "left": self.left,
                 "drop_rate": round(self.dropped / offered, 6) if offered else 0.0,
                 "mean_ms": _rounded(sum(values) / len(values) if values else None),
                 "p50_ms": _rounded(quantile(values, 0.50)), "p95_ms": _rounded(quantile(values, 0.95)),
@@ -108,8 +110,8 @@ def _rounded(value: float | None) -> float | None:
 
 def totals(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """All streams together: summed counters, the worst stream's p95 and drop rate (what a sizing limit checks)."""
-    keys = ("read", "skipped", "sent", "answered", "failed", "dropped", "left", "decode_errors", "reconnects",
-            "source_errors")
+    keys = ("read", "skipped", "sent", "answered", "refused", "failed", "dropped", "left", "decode_errors",
+            "reconnects", "source_errors")
     total: dict[str, Any] = {key: sum(int(s[key]) for s in summaries) for key in keys}
     total["streams"] = len(summaries)
     total["drop_rate"] = round(total["dropped"] / total["read"], 6) if total["read"] else 0.0

@@ -36,6 +36,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from deploy import proxy_admission
 from deploy.entrypoints.repository_check import checked
 from generator.errors import GeneratorError
 from generator.repository.files import sha256_file
@@ -205,6 +206,24 @@ def install_version(volume: Path, link: str, build_flags: Sequence[str]) -> tupl
     return repository, version
 
 
+def served_manifest(repository: Path) -> Path:
+    """The manifest of the build Triton serves from ``repository``: the stable version's in a versioned one."""
+    from generator.repository.versions import read_index
+
+    index = read_index(repository)
+    if index is None:
+        return repository / "manifest.json"
+    return repository / f"{index.name}_v{index.stable}" / "manifest.json"
+
+
+def fill(volume: Path, link: str, build_flags: Sequence[str], *, versioned: bool) -> Path:
+    """What the builder container does: install the build, then write the proxy's in-flight limit for the build
+    now served (deploy/proxy_admission.py); returns the repository ``volume/link`` points at."""
+    repository = install_version(volume, link, build_flags)[0] if versioned else install(volume, link, build_flags)
+    proxy_admission.write(volume, served_manifest(repository))
+    return repository
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.entrypoints.build_models", description=__doc__.splitlines()[0])
     parser.add_argument("--volume", type=Path, default=Path("/models"), help="the mounted models volume")
@@ -216,11 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="build_models: %(message)s", stream=sys.stderr)
     flags = args.build_flags[1:] if args.build_flags[:1] == ["--"] else args.build_flags
     try:
-        if args.versioned:
-            install_version(args.volume, args.link, flags)
-        else:
-            install(args.volume, args.link, flags)
-    except (VolumeError, GeneratorError, OSError) as exc:
+        fill(args.volume, args.link, flags, versioned=args.versioned)
+    except (VolumeError, GeneratorError, OSError, ValueError) as exc:
         print(f"build_models: {exc}", file=sys.stderr)
         return 1
     return 0

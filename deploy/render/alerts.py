@@ -53,22 +53,32 @@ def metric_names(expr: str) -> set[str]:
     return set(_METRIC_RE.findall(expr))
 
 
+def with_floor(expr: str, s: Settings, *traffic: str) -> str:
+    """``expr`` only while every ``traffic`` (a per-second rate) is at least ``alert_min_per_minute``: a share of
+    three requests or the p95 of the watchdog's probes alone says nothing about the service (issue 37)."""
+    return f"({expr})" + "".join(f" and on() ({rate} >= {s.alert_min_per_minute / 60:.6g})" for rate in traffic)
+
+
 def _serving_alerts(s: Settings) -> list[Alert]:
     ens = f'model="{s.model_name}"'
     steps = f'model=~"{s.step_regex()}"'  # every version's steps: a rollout runs two side by side
     failed = f"sum(rate(nv_inference_request_failure{{{ens}}}[5m]))"
     succeeded = f"sum(rate(nv_inference_request_success{{{ens}}}[5m]))"
     return [
-        Alert("TritonEnsembleErrorRate", f"{failed} / ({failed} + {succeeded}) > {s.alert_error_percent / 100:g}",
+        Alert("TritonEnsembleErrorRate",
+              with_floor(f"{failed} / ({failed} + {succeeded}) > {s.alert_error_percent / 100:g}",
+                         s, f"({failed} + {succeeded})"),
               "5m", "critical", f"More than {s.alert_error_percent}% of {s.model_name} requests fail",
               "Failed share {{ $value | humanizePercentage }} over 5 min: bad images, shed requests "
               "(UNAVAILABLE) and step errors all count; see nv_inference_request_failure by model and reason."),
         Alert("TritonEnsembleLatencyP95OverSla",
-              f'max(nv_inference_request_summary_us{{{ens},quantile="0.95"}}) / 1000 > {s.latency_sla_p95_ms}',
+              with_floor(f'max(nv_inference_request_summary_us{{{ens},quantile="0.95"}}) / 1000 > '
+                         f"{s.latency_sla_p95_ms}", s, succeeded),
               "5m", "warning", f"{s.model_name} p95 latency above the {s.latency_sla_p95_ms} ms SLA",
               "p95 is {{ $value | humanize }} ms (Triton's summary over its sliding window, worst pod)."),
         Alert("TritonEnsembleQueueTime",
-              f"sum(rate(nv_inference_queue_duration_us{{{steps}}}[5m])) / {succeeded} / 1000 > {s.alert_queue_ms}",
+              with_floor(f"sum(rate(nv_inference_queue_duration_us{{{steps}}}[5m])) / {succeeded} / 1000 > "
+                         f"{s.alert_queue_ms}", s, succeeded),
               "5m", "warning", f"{s.model_name} requests wait more than {s.alert_queue_ms} ms in the step queues",
               "{{ $value | humanize }} ms of queueing per request across the steps: add instances or replicas "
               "before requests are shed."),
@@ -81,9 +91,14 @@ def _quality_alerts(s: Settings) -> list[Alert]:
     def share(window: str) -> str:  # e.g. "[10m]" or "[1h] offset 10m"
         return f"sum(rate({EMPTY_OUTPUTS_METRIC}{{{nms}}}{window})) / sum(rate({IMAGES_METRIC}{{{nms}}}{window}))"
 
+    def images(window: str) -> str:
+        return f"sum(rate({IMAGES_METRIC}{{{nms}}}{window}))"
+
     jump = s.alert_empty_jump_points / 100
+    jumped = f"({share('[10m]')}) - ({share('[1h] offset 10m')}) > {jump:g}"
     return [
-        Alert("EnsembleEmptyOutputShareJump", f"({share('[10m]')}) - ({share('[1h] offset 10m')}) > {jump:g}",
+        # Both windows need traffic: a share against a quiet hour (a night, a new version) is no baseline.
+        Alert("EnsembleEmptyOutputShareJump", with_floor(jumped, s, images("[10m]"), images("[1h] offset 10m")),
               "5m", "warning", f"{s.model_name} answers far more images with no detection than an hour ago",
               f"The share of empty outputs rose by {{{{ $value | humanizePercentage }}}} (threshold "
               f"{s.alert_empty_jump_points} points) against the hour before: a broken model version, a camera "

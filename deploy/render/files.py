@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy import commands, screening, sizing
+from deploy import commands, proxy_admission, screening, sizing
 from deploy import settings as settings_module
 from deploy.errors import RenderError
 from deploy.render.alerts import rule_groups
@@ -171,6 +171,7 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "locust_ca_path": LOCUST_CA_PATH,
         "pod_grace_s": timing.container_grace_s + PRESTOP_SLEEP_S,
         "prestop_sleep_s": PRESTOP_SLEEP_S,
+        **proxy_admission.template_context(),
         "nginx_conf": nginx_conf,
         "nginx_conf_sha256": hashlib.sha256(nginx_conf.encode()).hexdigest(),
         "k8s_resource_files": K8S_RESOURCE_FILES,

@@ -82,15 +82,21 @@ class QueuePolicy:
 
 @dataclass(frozen=True)
 class Admission:
-    """The budget, the service time behind it (None: a config rendered without one) and the resulting policy."""
+    """The budget, the service time behind it (None: a config rendered without one) and the resulting policy.
+
+    ``max_in_flight``: requests the pipeline may hold at once, all steps together, for the budget to hold end to
+    end; enforced in front of Triton (the deployed proxy). None in manifests written before it existed.
+    """
 
     budget: LatencyBudget
     policy: QueuePolicy
     service: ServiceTime | None = None
+    max_in_flight: int | None = None
 
     def to_json(self) -> dict[str, object]:
         service = self.service.to_json() if self.service is not None else None
-        return {**self.budget.to_json(), "service": service, "queue_policy": self.policy.to_json()}
+        return {**self.budget.to_json(), "service": service, "queue_policy": self.policy.to_json(),
+                "max_in_flight": self.max_in_flight}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Admission:
@@ -99,5 +105,7 @@ class Admission:
             raise ValueError(f"unknown budget source {source!r}")
         budget = LatencyBudget(float(data["max_queue_ms"]), source, str(data.get("basis", "")))  # type: ignore[arg-type]
         service = data.get("service")
+        in_flight = data.get("max_in_flight")
         return cls(budget, QueuePolicy.from_json(data["queue_policy"]),
-                   ServiceTime.from_json(service) if service is not None else None)
+                   ServiceTime.from_json(service) if service is not None else None,
+                   int(in_flight) if in_flight is not None else None)

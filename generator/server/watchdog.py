@@ -66,6 +66,8 @@ INPUT_NAME = "IMAGE"
 COUNT_OUTPUT = "num_detections"
 # Highest request priority: ahead of user traffic (default level 2) on models with priority_levels 2.
 PROBE_PRIORITY = 1
+# Marks the probe so the steps leave it out of the quality metrics (the ensemble forwards it to every step).
+PROBE_PARAMETER = "tde_probe"
 _DEAD_STUB = re.compile(r"Stub process '[^']+' is not healthy")
 EXIT_UNHEALTHY = 1
 STUB_CHECK_S = 1.0  # how often the supervisor counts the server's Python-backend stubs
@@ -140,7 +142,7 @@ def build_infer_body(image: bytes, priority: int = PROBE_PRIORITY) -> tuple[byte
     element = struct.pack("<I", len(image)) + image
     header = json.dumps(
         {
-            "parameters": {"priority": priority},
+            "parameters": {"priority": priority, PROBE_PARAMETER: True},
             "inputs": [
                 {
                     "name": INPUT_NAME,

@@ -41,6 +41,10 @@ CLASS_NAMES_PARAMETER = "class_names"  # ensemble: JSON list of class names
 PRIORITY_LEVELS = 2
 PROBE_PRIORITY = 1
 USER_PRIORITY = 2
+# The watchdog's probes also carry this request parameter (true), which the ensemble forwards to every step
+# (Triton >= 23.10): the steps leave probe images out of the quality metrics, so an idle server's empty probe
+# answers never move the empty-output share (issue 37). A step sees parameters, not the priority.
+PROBE_PARAMETER = "tde_probe"
 
 # The key that opens the restricted admin APIs (generator/server/hardening.py restricts them): HTTP clients send
 # the header ADMIN_HEADER, gRPC clients the metadata key GRPC_HEADER_PREFIX + ADMIN_HEADER (Triton's

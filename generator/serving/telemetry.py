@@ -7,7 +7,12 @@ and the number of calls per second does not grow with the traffic.
 
 Histograms are written as the three series of a Prometheus histogram (``NAME_bucket{le}`` cumulative,
 ``NAME_sum``, ``NAME_count``), each a counter: Triton's own histogram kind takes one ``observe`` call per
-value, which would mean one round trip per detection.
+value, which would mean one round trip per detection. 2.51's Python backend does have that kind
+(``pb_utils.MetricFamily.HISTOGRAM`` with ``buckets``, ``Metric.observe``; its stub names
+``SendObserveRequest``), and no call that adds a count: even observing each bucket's mean n times (exact buckets,
+sum and count) costs one round trip per value, ~11,000 a second at the GPU host's 1,140 images/s. So the TYPE
+stays ``counter`` and ``promtool check metrics`` flags these families (issue 37); exposing them as histograms
+needs a re-export outside the stub (the watchdog's endpoint, with the Triton job dropping the parts), not done yet.
 """
 
 from __future__ import annotations

@@ -296,7 +296,8 @@ def test_the_command_line_rule_catches_what_it_forbids() -> None:
 # sizing, schemas, policy rules) is read by all; the renderer and what runs inside the images never know each other,
 # nor what drives a stack; only the command line (python -m deploy) sees everything.
 DEPLOY_BASE = ("deploy.errors", "deploy.settings", "deploy.commands", "deploy.sizing", "deploy.validate",
-               "deploy.composefile", "deploy.policy", "deploy.screening")
+               "deploy.composefile", "deploy.policy", "deploy.screening",
+               "deploy.proxy_admission")
 DEPLOY_PARTS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(DEPLOY_BASE, DEPLOY_BASE),
     "deploy.render": (*DEPLOY_BASE, "deploy.render"),

@@ -122,3 +122,29 @@ def test_http_client_used_across_threads_says_so():
 
     error = translate_error(greenlet.error("Cannot switch to a different thread"), GRPC, 1.0)
     assert type(error) is ClientError and "use one client per thread" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "retry_after_s"),
+    [
+        # The deployed proxy's in-flight limit (deploy/proxy_admission.py BUSY_MESSAGE), over gRPC and HTTP.
+        ("StatusCode.RESOURCE_EXHAUSTED", "server busy: ... at the limit; retry after 1 s", 1.0),
+        ("429", "server busy: ... at the limit; retry after 2 s", 2.0),
+        # A full Triton queue (2.51's words): back-pressure too, with no time named.
+        ("StatusCode.UNAVAILABLE", "in ensemble 'yolo', Exceeds maximum queue size", None),
+        ("503", "Exceeds maximum queue size", None),
+    ],
+)
+def test_refusals_under_overload_are_back_pressure(status, message, retry_after_s):
+    from clients.errors import ServerBusyError
+
+    error = translate_error(InferenceServerException(message, status), GRPC, 2.0)
+    assert type(error) is ServerBusyError and isinstance(error, ServerUnavailableError)
+    assert error.retry_after_s == retry_after_s and message in str(error)
+
+
+def test_a_server_going_away_is_not_busy():
+    from clients.errors import ServerBusyError
+
+    error = translate_error(InferenceServerException("Socket closed", "StatusCode.UNAVAILABLE"), GRPC, 2.0)
+    assert type(error) is ServerUnavailableError and not isinstance(error, ServerBusyError)

@@ -13,6 +13,7 @@ from clients.errors import (
     ClientTimeoutError,
     InferenceError,
     RestrictedApiError,
+    ServerBusyError,
     ServerUnavailableError,
 )
 from clients.retry import NO_RETRY, RetryPolicy, acall_with_retries, call_with_retries
@@ -107,3 +108,18 @@ def test_async_form_retries_the_same_way() -> None:
     with pytest.raises(InferenceError, match="bad image"):
         asyncio.run(acall_with_retries(attempt, FAST, 5.0, "inference"))
     assert errors == []
+
+
+def test_a_refusal_naming_retry_after_is_not_retried_sooner() -> None:
+    attempt = Flaky(ServerBusyError("busy; retry after 0.2 s", retry_after_s=0.2))
+    pauses: list[float] = []
+    assert call_with_retries(attempt, FAST, 5.0, "inference", sleep=pauses.append) == "ok"
+    assert len(pauses) == 1 and 0.2 <= pauses[0] <= 0.2 + FAST.max_backoff_s
+
+
+def test_a_retry_after_past_the_deadline_is_raised_at_once() -> None:
+    attempt = Flaky(ServerBusyError("busy; retry after 1 s", retry_after_s=1.0))
+    start = time.monotonic()
+    with pytest.raises(ServerBusyError):
+        call_with_retries(attempt, FAST, 0.5, "inference")
+    assert time.monotonic() - start < 0.1 and len(attempt.limits) == 1

@@ -62,8 +62,8 @@ def install_repository(volume: Path, settings: Settings) -> Path:
     """The builder's step with the rendered build flags, for the target this machine serves (embedded)."""
     from generator.demo import DEMO_ONNX
 
-    return build_models.install(volume, commands.CURRENT_LINK,
-                                commands.build_args(settings, "embedded", onnx=str(DEMO_ONNX)))
+    return build_models.fill(volume, commands.CURRENT_LINK,
+                             commands.build_args(settings, "embedded", onnx=str(DEMO_ONNX)), versioned=False)
 
 
 def serve_argv(settings: Settings, volume: Path) -> tuple[list[str], dict[str, str]]:
@@ -96,9 +96,13 @@ def _nginx_binary() -> str:
     return path
 
 
-def start_nginx(settings: Settings, root: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """The rendered proxy config with a fresh certificate, run as an unprivileged user like in the containers."""
-    write_rendered({NGINX_CONF: render_all(settings)[NGINX_CONF]}, root)
+def start_nginx(settings: Settings, root: Path, volume: Path | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+    """The rendered proxy config with a fresh certificate, run as an unprivileged user like in the containers; with
+    ``volume``, its in-flight limit is the one the builder's step wrote there (the container's /models)."""
+    conf = render_all(settings)[NGINX_CONF]
+    if volume is not None:
+        conf = conf.replace(f"include {commands.MODELS_VOLUME}/", f"include {volume}/")
+    write_rendered({NGINX_CONF: conf}, root)
     ca = make_certificate(root / "proxy" / "tls")
     prefix = root / "run"
     prefix.mkdir()
@@ -206,7 +210,7 @@ def running_pod(settings: Settings) -> Iterator[Pod]:
         argv, env = serve_argv(settings, volume)
         with (root / "serve.log").open("ab") as log:
             serve = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        nginx, ca = start_nginx(settings, root)
+        nginx, ca = start_nginx(settings, root, volume)
         wait_for_port(settings.proxy_grpc_port, nginx, "nginx")
         wait_healthy(settings, serve)
         yield Pod(settings, volume, root, ca, serve, nginx)

@@ -69,12 +69,17 @@ def test_thresholds_follow_the_settings() -> None:
     custom = apply_overrides(Settings(), {"latency_sla_p95_ms": "80", "alert_error_percent": "5",
                                           "alert_queue_ms": "7", "alert_empty_jump_points": "35",
                                           "alert_gpu_memory_percent": "95", "alert_power_percent": "99",
-                                          "model_name": "cams"})
+                                          "model_name": "cams", "alert_min_per_minute": "30"})
     exprs = {a.name: a.expr for a in alert_rules(custom)}
-    assert exprs["TritonEnsembleLatencyP95OverSla"].endswith("> 80") and 'model="cams"' in exprs["TritonEnsembleLatencyP95OverSla"]
-    assert exprs["TritonEnsembleErrorRate"].endswith("> 0.05")
-    assert exprs["TritonEnsembleQueueTime"].endswith("> 7") and "cams(_v[0-9]+)?_(preprocess|detector|nms)" in exprs["TritonEnsembleQueueTime"]
-    assert exprs["EnsembleEmptyOutputShareJump"].endswith("> 0.35") and 'model=~"cams(_v[0-9]+)?_nms"' in exprs["EnsembleEmptyOutputShareJump"]
+    # The ratio and latency alerts: "(condition) and on() (traffic >= floor)", the condition first.
+    conditions = {name: expr.split(") and on() (", 1)[0] for name, expr in exprs.items()}
+    assert conditions["TritonEnsembleLatencyP95OverSla"].endswith("> 80") and 'model="cams"' in exprs["TritonEnsembleLatencyP95OverSla"]
+    assert conditions["TritonEnsembleErrorRate"].endswith("> 0.05")
+    assert conditions["TritonEnsembleQueueTime"].endswith("> 7") and "cams(_v[0-9]+)?_(preprocess|detector|nms)" in exprs["TritonEnsembleQueueTime"]
+    assert conditions["EnsembleEmptyOutputShareJump"].endswith("> 0.35") and 'model=~"cams(_v[0-9]+)?_nms"' in exprs["EnsembleEmptyOutputShareJump"]
+    for name in ("TritonEnsembleLatencyP95OverSla", "TritonEnsembleErrorRate", "TritonEnsembleQueueTime",
+                 "EnsembleEmptyOutputShareJump"):
+        assert exprs[name].endswith(">= 0.5)"), name
     assert exprs["GpuMemoryNearFull"].endswith("> 0.95") and exprs["GpuPowerThrottling"].endswith("> 0.99")
     with pytest.raises(SettingsError, match=r"alert_error_percent must be 1\.\.100"):
         apply_overrides(Settings(), {"alert_error_percent": "150"})

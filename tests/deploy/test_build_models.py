@@ -202,3 +202,20 @@ def test_versioned_builds_add_a_version_beside_the_stable_one_and_reuse_a_built_
     assert not classic.exists() and _check(volume / LINK) == 0
     with pytest.raises(VolumeError, match="--version"):
         build_models.install_version(volume, LINK, [*_flags(), "--version", "3"])
+
+
+def test_the_proxy_limit_is_the_served_versions_and_follows_each_build(tmp_path: Path) -> None:
+    """The builder writes the stable version's max_in_flight for the proxy; a candidate does not change it."""
+    from deploy import proxy_admission
+
+    volume = tmp_path / "models"
+    volume.mkdir()
+    repository = build_models.fill(volume, LINK, _flags(max_queue_ms=2000), versioned=True)
+    stable = proxy_admission.max_in_flight(repository / "yolo_v1" / "manifest.json")
+    snippet = (volume / proxy_admission.SNIPPET).read_text()
+    assert stable is not None and f"limit_conn admission {stable};\n" in snippet and "yolo_v1/manifest.json" in snippet
+    build_models.fill(volume, LINK, _flags(max_queue_ms=4000), versioned=True)  # version 2, a candidate
+    candidate = proxy_admission.max_in_flight(repository / "yolo_v2" / "manifest.json")
+    assert candidate is not None and candidate > stable
+    assert (volume / proxy_admission.SNIPPET).read_text() == snippet
+    assert sorted(p.name for p in volume.iterdir() if "admission" in p.name) == [proxy_admission.SNIPPET]

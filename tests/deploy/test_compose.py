@@ -173,6 +173,14 @@ def test_only_the_proxy_is_reachable_and_only_on_loopback_by_default(compose: di
     assert [p for p in compose_violations(compose, {}, settings) if "published on" in p]
 
 
+def test_the_proxy_starts_after_either_stacks_build(compose: dict[str, Any]) -> None:
+    """Its nginx.conf includes the in-flight limit the build writes into the volume (deploy/proxy_admission.py)."""
+    needs = compose["services"]["proxy"]["depends_on"]
+    for builder in ("builder", "builder-cpu"):
+        assert needs[builder] == {"condition": "service_completed_successfully", "required": False}
+    assert needs["pod"] == {"condition": "service_started"}
+
+
 def test_triton_entry_point_probe_grace_shm_and_builder_dependency(compose: dict[str, Any],
                                                                    settings: Settings) -> None:
     for name, builder in (("triton", "builder"), ("triton-cpu", "builder-cpu")):
@@ -394,11 +402,13 @@ def test_the_gpu_preprocess_installs_its_extra_sizes_the_cuda_pool_and_reaches_t
 def test_every_service_a_profile_set_enables_finds_what_it_depends_on(compose: dict[str, Any],
                                                                       profiles: tuple[str, ...]) -> None:
     """Compose refuses a project (down included) where an enabled service depends on a disabled one: each
-    stack's rollout has its own profile for that reason. The CPU set is what `down --local` enables."""
+    stack's rollout has its own profile for that reason (a dependency marked ``required: false``, the proxy's on
+    each stack's builder, is waited for only where it exists). The CPU set is what `down --local` enables."""
     from deploy.local.stack import PROFILES
 
     assert set(profiles) == set(PROFILES) or "gpu" in profiles
     enabled = {name for name, svc in compose["services"].items() if set(svc.get("profiles") or []) & set(profiles)}
     for name in enabled:
-        needs = set(compose["services"][name].get("depends_on") or {})
+        needs = {need for need, how in (compose["services"][name].get("depends_on") or {}).items()
+                 if how.get("required", True)}
         assert needs <= enabled, f"{name} depends on {sorted(needs - enabled)}, not enabled by {profiles}"

@@ -135,10 +135,15 @@ def real_phases(triton_server) -> tuple[dict[Key, float], dict[Key, float], dict
     return start, normal, degraded
 
 
+# The replay sends each phase's requests once a minute (16 and 12 images): a traffic floor under that lets the
+# rules judge it; the default floor (alert_min_per_minute 60) holds them silent (the test after this one).
+REPLAY_FLOOR = {"alert_min_per_minute": "10"}
+
+
 def test_serving_and_quality_alerts_fire_on_the_degraded_phase_only(real_phases, tmp_path: Path) -> None:
     start, normal, degraded = real_phases
     assert normal[NMS_IMAGES] - start[NMS_IMAGES] == 16 and degraded[NMS_IMAGES] - normal[NMS_IMAGES] == 12
-    write_rules(tmp_path / "alerts.yml", Settings())
+    write_rules(tmp_path / "alerts.yml", apply_overrides(Settings(), REPLAY_FLOOR))
     series = replay(start, normal, degraded)
     during_normal, during_degraded = f"{NORMAL_MIN - 5}m", f"{NORMAL_MIN + DEGRADED_MIN - 1}m"
     run_promtool(tmp_path, "alerts.yml", [alert_test(series, {
@@ -147,6 +152,23 @@ def test_serving_and_quality_alerts_fire_on_the_degraded_phase_only(real_phases,
         (during_degraded, "TritonEnsembleErrorRate"): [firing("TritonEnsembleErrorRate")],
         (during_degraded, "EnsembleEmptyOutputShareJump"): [firing("EnsembleEmptyOutputShareJump")],
     })])
+
+
+def test_below_the_traffic_floor_no_ratio_or_latency_alert_fires(real_phases, tmp_path: Path) -> None:
+    """The same degraded phase at 12-16 requests a minute, under the default floor of 60: nothing fires, however bad
+    the share or the latency (issue 37: an idle server's probes fed the empty-output alert)."""
+    start, normal, degraded = real_phases
+    tight = {"latency_sla_p95_ms": "1", "alert_queue_ms": "1"}
+    assert int(Settings().alert_min_per_minute) > normal[NMS_IMAGES] - start[NMS_IMAGES]
+    write_rules(tmp_path / "floor.yml", apply_overrides(Settings(), tight))
+    at = f"{NORMAL_MIN + DEGRADED_MIN - 1}m"
+    run_promtool(tmp_path, "floor.yml", [alert_test(replay(start, normal, degraded), {
+        (at, name): [] for name in ("TritonEnsembleErrorRate", "EnsembleEmptyOutputShareJump",
+                                    "TritonEnsembleLatencyP95OverSla", "TritonEnsembleQueueTime")})])
+    write_rules(tmp_path / "low.yml", apply_overrides(Settings(), {**tight, **REPLAY_FLOOR}))
+    run_promtool(tmp_path, "low.yml", [alert_test(replay(start, normal, degraded), {
+        (at, name): [firing(name)] for name in ("TritonEnsembleErrorRate", "EnsembleEmptyOutputShareJump",
+                                                "TritonEnsembleLatencyP95OverSla", "TritonEnsembleQueueTime")})])
 
 
 def test_latency_and_queue_alerts_fire_above_their_thresholds_only(real_phases, tmp_path: Path) -> None:
@@ -160,8 +182,9 @@ def test_latency_and_queue_alerts_fire_above_their_thresholds_only(real_phases, 
     queue_ms = queue_us / (normal[success] - start[success]) / 1000
     assert p95_ms >= 2 and queue_ms >= 2, f"too fast to test the thresholds: p95 {p95_ms} ms, queue {queue_ms} ms"
     high = max(normal[p95_key], degraded[p95_key]) / 1000
-    tight = {"latency_sla_p95_ms": str(int(p95_ms / 2)), "alert_queue_ms": str(int(queue_ms / 2))}
-    loose = {"latency_sla_p95_ms": str(int(high * 2) + 1), "alert_queue_ms": str(int(queue_ms * 2) + 1)}
+    tight = {"latency_sla_p95_ms": str(int(p95_ms / 2)), "alert_queue_ms": str(int(queue_ms / 2)), **REPLAY_FLOOR}
+    loose = {"latency_sla_p95_ms": str(int(high * 2) + 1), "alert_queue_ms": str(int(queue_ms * 2) + 1),
+             **REPLAY_FLOOR}
     write_rules(tmp_path / "tight.yml", apply_overrides(Settings(), tight))
     write_rules(tmp_path / "loose.yml", apply_overrides(Settings(), loose))
     series = replay(start, normal, degraded)

@@ -145,3 +145,20 @@ def test_preprocess_step_counts_every_image_and_each_rejection_by_reason(triton_
     for reason in REJECTION_REASONS:
         expected = sum(1 for r in REASON_OF.values() if r == reason)
         assert got[(REJECTED_METRIC, (("reason", reason),))] == expected, reason
+
+
+def test_the_watchdogs_probes_are_left_out_of_the_quality_metrics(triton_server) -> None:
+    """An idle server is probed every 5 s with an image that has no object: counted, it raised the empty-output
+    share of a server nobody used (issue 37). The probe's parameter keeps it out; the answer is the same."""
+    from generator.server.watchdog import check_inference, parse_address
+
+    nms, pre = f"{triton_server.model_name}_nms", f"{triton_server.model_name}_preprocess"
+    before = settled(lambda: quality_values(triton_server.metrics_url, nms))
+    before_pre = quality_values(triton_server.metrics_url, pre)
+    address = parse_address(triton_server.http_url)
+    assert [check_inference(address, triton_server.model_name, 30) for _ in range(5)] == [0] * 5
+    infer(triton_server, triton_server.model_name, [scene_bytes(61, 640, 480)])  # one user image
+    after = settled(lambda: quality_values(triton_server.metrics_url, nms))
+    assert delta(after, before)[(IMAGES_METRIC, ())] == 1
+    assert delta(after, before).get((EMPTY_OUTPUTS_METRIC, ()), 0.0) == 0
+    assert delta(quality_values(triton_server.metrics_url, pre), before_pre)[(IMAGES_METRIC, ())] == 1

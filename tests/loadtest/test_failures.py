@@ -53,3 +53,18 @@ def test_a_grpc_error_keeps_its_text_in_locusts_failure_table():
     reported, unreached = named_failure(cancelled, "h:1")
     assert not unreached and isinstance(reported, InferenceFailed)
     assert repr(reported) == "InferenceFailed('[StatusCode.CANCELLED] Locally cancelled by application!')"
+
+
+def test_a_refusal_under_overload_is_named_by_its_cause_and_backs_off_for_its_retry_after() -> None:
+    from loadtest.failures import BUSY_PAUSE_S, REFUSED_PREFIX, refusal
+
+    proxy = refusal(InferenceServerException("server busy: ...; retry after 1 s", "StatusCode.RESOURCE_EXHAUSTED"))
+    http = refusal(InferenceServerException("server busy: ...; retry after 1 s", "429"))
+    queue = refusal(InferenceServerException("in ensemble 'yolo', Exceeds maximum queue size", "StatusCode.UNAVAILABLE"))
+    assert proxy is not None and http is not None and queue is not None
+    assert str(proxy[0]) == str(http[0]) == REFUSED_PREFIX + "the proxy's in-flight limit"
+    assert str(queue[0]) == REFUSED_PREFIX + "a full Triton queue"
+    assert 1.0 <= proxy[1] <= 1.2 and BUSY_PAUSE_S <= queue[1] <= 1.2 * BUSY_PAUSE_S
+    # A server going away, or a bad request, is an error as before.
+    assert refusal(InferenceServerException("Socket closed", "StatusCode.UNAVAILABLE")) is None
+    assert refusal(InferenceServerException("bad image", "400")) is None

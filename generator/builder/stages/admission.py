@@ -23,6 +23,13 @@ sheds load itself:
   probe waits at most for the batch each step is running, and a probe rejected for a slow batch under
   overload would restart a server that is only busy.
 
+In front of the steps, the deployed proxy bounds the ensemble as a whole: ``max_in_flight`` (:func:`in_flight_limit`,
+recorded in the manifest) inference requests in progress, HTTP and gRPC together; the one above it is refused
+before Triton reads a byte (429 with ``Retry-After``, RESOURCE_EXHAUSTED; deploy/proxy_admission.py). With at
+most that many in the pipeline no step's queue fills, no request is refused by a later step after an earlier one
+worked on it, and an accepted request's wait in all three queues together stays within the budget (issue 37).
+``generator serve`` has no such front door: there the steps' queues alone shed.
+
 ``max_queue_size`` counts requests, not images: a client sending N images per request fills the queue
 N times as fast, and the timeout, not the queue size, bounds its wait.
 
@@ -80,6 +87,19 @@ def queue_size(max_queue_ms: float, max_batch: int, batch_ms: float | None) -> i
     return max(max_batch, math.floor(served))
 
 
+def in_flight_limit(max_queue_ms: float, max_batch: int, batch_ms: float | None) -> int:
+    """Requests the whole pipeline may hold at once (queued or running, every step together) so that one admitted
+    last still finishes within ``max_queue_ms``.
+
+    Little's law: what is in flight is throughput x time in the system, and the pipeline's throughput under load is
+    ``max_batch`` images per ``CONTENTION_FACTOR x batch_ms``. One batch less than that product leaves room for
+    the batch a request admitted last waits behind in the last step. It comes to the same number as one step's
+    queue (:func:`queue_size`): a step's queue bounds one step, this bounds the pipeline. The front door (the
+    proxy's ``limit_conn``, deploy/proxy_admission.py) enforces it; Triton 2.51 has no such limit for an ensemble.
+    """
+    return queue_size(max_queue_ms, max_batch, batch_ms)
+
+
 def queue_policy(max_queue_ms: float, max_batch: int, batch_ms: float | None) -> QueuePolicy:
     """The queue policy of every composing step for a budget of ``max_queue_ms``."""
     return QueuePolicy(timeout_us=round(max_queue_ms * 1000),
@@ -96,7 +116,8 @@ def build_admission(options: BuildOptions, service: ServiceTime | None) -> Admis
         service = ServiceTime(options.max_batch, options.service_ms, "--service-ms")
     batch_ms = service.batch_ms if service is not None else None
     budget = latency_budget(options.max_queue_ms, batch_ms)
-    return Admission(budget, queue_policy(budget.ms, options.max_batch, batch_ms), service)
+    return Admission(budget, queue_policy(budget.ms, options.max_batch, batch_ms), service,
+                     in_flight_limit(budget.ms, options.max_batch, batch_ms))
 
 
 def budget_warning(max_queue_ms: float, batch_ms: float) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from ensemble_pipeline.contract import METRIC_LABELS
+from ensemble_pipeline.contract import METRIC_LABELS, PROBE_PARAMETER
 from ensemble_pipeline.telemetry import Counts, Publisher, Series, Tally, family_help
 
 
@@ -21,6 +21,20 @@ def stack_inputs(requests: list[Any], name: str) -> tuple[np.ndarray, list[int]]
     arrays = [pb_utils.get_input_tensor_by_name(r, name).as_numpy() for r in requests]
     sizes = [len(a) for a in arrays]
     return (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)), sizes
+
+
+def is_probe(request: Any) -> bool:
+    """Whether ``request`` is a health probe (``PROBE_PARAMETER``), which the quality metrics leave out."""
+    text = request.parameters()
+    return PROBE_PARAMETER in text and json.loads(text).get(PROBE_PARAMETER) is True
+
+
+def counted(requests: list[Any], sizes: list[int]) -> np.ndarray | None:
+    """Per image of the batch, whether the quality metrics count it (False: a probe's); None when all count."""
+    probes = [is_probe(r) for r in requests]
+    if not any(probes):
+        return None
+    return np.repeat(np.logical_not(probes), sizes)
 
 
 def split_responses(outputs: dict[str, np.ndarray], sizes: list[int]) -> list[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ensemble_common import StepMetrics, failed, parameters, split_responses, stack_inputs
+from ensemble_common import StepMetrics, counted, failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.contract import BOXES, CLASSES, LETTERBOX, NUM_DETECTIONS, SCORES
 from ensemble_pipeline.nms import postprocess
 from ensemble_pipeline.telemetry import nms_series, output_counts
@@ -25,7 +25,11 @@ class TritonPythonModel:
             raw, sizes = stack_inputs(requests, self.raw_name)
             letterbox, _ = stack_inputs(requests, LETTERBOX)
             out = postprocess(raw, self.layout, letterbox, self.conf, self.iou, self.max_det)
-            self.telemetry.add(output_counts(out.num_detections, out.scores, self.max_det))
+            keep = counted(requests, sizes)
+            if keep is None:
+                self.telemetry.add(output_counts(out.num_detections, out.scores, self.max_det))
+            elif keep.any():  # a batch of probes alone adds nothing
+                self.telemetry.add(output_counts(out.num_detections[keep], out.scores[keep], self.max_det))
             return split_responses({
                 NUM_DETECTIONS: out.num_detections,
                 BOXES: out.boxes,

@@ -27,7 +27,7 @@ os.environ.setdefault(OPENCV_PIXEL_LIMIT_ENV, str(OPENCV_PIXEL_LIMIT))
 import cv2
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from ensemble_common import StepMetrics, failed, parameters
+from ensemble_common import StepMetrics, counted, failed, parameters
 from ensemble_pipeline.batch import prepare_batch, to_float_nchw
 from ensemble_pipeline.images import DecodeBudget, ImageLimits, measure_decode_speed
 from ensemble_pipeline.telemetry import preprocess_series, rejection_counts
@@ -97,7 +97,12 @@ class TritonPythonModel:
             bounds.append((len(encoded), len(encoded) + len(items)))
             encoded.extend(bytes(item) for item in items)
         batch = self.prepare(encoded)
-        self.telemetry.add(rejection_counts(len(encoded), batch.reasons.values()))
+        keep = counted(requests, [stop - start for start, stop in bounds])
+        if keep is None:
+            self.telemetry.add(rejection_counts(len(encoded), batch.reasons.values()))
+        else:
+            reasons = [reason for position, reason in batch.reasons.items() if keep[position]]
+            self.telemetry.add(rejection_counts(int(keep.sum()), reasons))
         slot_of = {position: slot for slot, position in enumerate(batch.index)}
 
         responses = []

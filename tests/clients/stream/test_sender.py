@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from clients.detection import DetectionResult
-from clients.errors import ServerUnavailableError
+from clients.errors import ServerBusyError, ServerUnavailableError
 from clients.stream.frame import Frame
 from clients.stream.sender import Answer, Sender
 from clients.stream.slot import LatestSlot
@@ -33,7 +33,8 @@ async def feed(slot: LatestSlot[Frame], stats: StreamStats, sender: Sender, coun
         await asyncio.sleep(every_s)
 
 
-def run(delays: dict[int, float], count: int, every_s: float, in_flight: int, fail: frozenset[int] = frozenset()):
+def run(delays: dict[int, float], count: int, every_s: float, in_flight: int, fail: frozenset[int] = frozenset(),
+        busy_after: dict[int, float] | None = None):
     async def main() -> tuple[list[Answer], list[int], StreamStats, int]:
         slot: LatestSlot[Frame] = LatestSlot(1)
         stats = StreamStats("cam")
@@ -52,6 +53,8 @@ def run(delays: dict[int, float], count: int, every_s: float, in_flight: int, fa
             busy -= 1
             if index in fail:
                 raise ServerUnavailableError("overloaded")
+            if busy_after and index in busy_after:
+                raise ServerBusyError("server busy", retry_after_s=busy_after[index])
             return EMPTY
 
         done = False
@@ -114,3 +117,13 @@ def test_frames_from_a_decoder_are_jpeg_encoded_once_before_sending():
 def test_in_flight_must_be_positive():
     with pytest.raises(Exception, match="at least 1"):
         Sender("cam", LatestSlot(1), StreamStats("cam"), None, lambda a: None, in_flight=0)  # type: ignore[arg-type]
+
+
+def test_a_refusal_is_counted_apart_and_the_stream_backs_off_for_the_retry_after():
+    answers, sent, stats, _ = run({}, count=12, every_s=0.02, in_flight=1, busy_after={1: 0.1})
+    summary = stats.summary()
+    assert (summary["refused"], summary["failed"]) == (1, 0)
+    assert summary["answered"] == len(answers) == len(sent) - 1
+    # The 0.1 s after frame 1's refusal sent nothing: the frames meanwhile were replaced by newer ones.
+    after = sent[sent.index(1) + 1]
+    assert after >= 1 + 4 and summary["dropped"] >= 3, sent

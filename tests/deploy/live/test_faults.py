@@ -5,16 +5,17 @@ and ten times the stack's capacity. Times are printed (``pytest -s``)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from deploy.proxy_admission import BUSY_MESSAGE
 from generator.operate.rollout.window import Scrape, parse_scrape
-from generator.serving.contract import PROBE_PRIORITY
 from tests.integration.load import Outcome, Sender, percentile
 
 from .conftest import LiveStack, probe_image
@@ -167,69 +168,83 @@ def _queue_waits(before: Scrape, after: Scrape) -> tuple[dict[str, float], dict[
     return means, p99
 
 
-def _kind(outcome: Outcome) -> str:
-    """A rejection at admission (the queue is full: at once) or after waiting in a queue (the budget ran out)."""
-    if "Exceeds maximum queue size" in outcome.message:
-        return "queue full"
-    return "timed out" if "timeout" in outcome.message.lower() else outcome.message
-
-
 def _rounded(per_step: dict[str, float]) -> str:
     return ", ".join(f"{step} {ms:.0f}" for step, ms in per_step.items())
 
 
-def test_ten_times_the_capacity_is_shed_fast_and_accepted_requests_stay_in_budget(stack: LiveStack) -> None:
-    """10x what the stack serves, through the proxy: most requests are refused at admission (UNAVAILABLE, the queue
-    full) instead of waiting, and no step holds an accepted one longer than the build's recorded budget.
+REFUSAL_P99_MS = 50.0  # issue 37: a refused client learns it at once
 
-    Latencies are judged beside what the machine gives any call at the same moment (tests/integration/
-    test_overload.py does the same): a priority-1 probe (the whole pipeline, no queue) and the server-live round
-    trip (no work), both through the proxy on their own connection. The line printed holds the absolute numbers
-    against the issue's targets (rejections p99 under 250 ms, accepted p95 within the budget)."""
+
+def _flood(address: str, ca_cert: str, rate: float, duration_s: float, results: Any) -> None:
+    """The 10x flood, in a process of its own: its client threads then never delay the measuring client's."""
+    sender = Sender(address, "yolo", probe_image(), ssl=True, root_certificates=ca_cert)
+    try:
+        results.put(sender.open_loop(rate, duration_s))
+    finally:
+        sender.close()
+
+
+def _summary(outcomes: list[Outcome]) -> str:
+    ok = [o.latency_ms for o in outcomes if o.ok]
+    refused = [o.latency_ms for o in outcomes if not o.ok]
+    return (f"{len(outcomes)} sent; accepted {len(ok)} (p50 {percentile(ok, 50):.0f} ms, p95 {percentile(ok, 95):.0f}"
+            f" ms); refused {len(refused)} (p50 {percentile(refused, 50):.1f} ms, p99 {percentile(refused, 99):.1f} ms)")
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "issue 37, open: at 10x capacity on one gRPC connection nginx's HTTP/2 flood guard (more than 10,000 frames "
+    "queued for a client that reads its refusals too slowly) closes the connection with GOAWAY; the streams in "
+    "flight are lost to the client (UNAVAILABLE 'Stream removed') while Triton keeps working on them, so its "
+    "queues overflow ('Exceeds maximum queue size'). Reproduced on the embedded pod at 350 requests/s"))
+def test_ten_times_the_capacity_is_refused_at_once_and_accepted_requests_stay_in_budget(stack: LiveStack) -> None:
+    """10x what the stack serves, through the proxy: the requests above the build's in-flight limit are refused at
+    the proxy at once (RESOURCE_EXHAUSTED, deploy/proxy_admission.py), the accepted ones are answered within the
+    build's recorded budget end to end, and nothing else happens to any request: answered or refused, none failed
+    (Triton counts no failure either).
+
+    The flood runs in its own process. A client sending one request at a time meanwhile measures what a client
+    sees; the flood's own client, which sends 10x capacity on the same 2 cores as the server, is printed too."""
     manifest = stack.stable_manifest()
     budget_ms = float(manifest["admission"]["max_queue_ms"])
     tls = {"ssl": True, "root_certificates": str(stack.ca_cert)}
     address = stack.endpoints["grpcs"].removeprefix("grpcs://")
     sender, reference = Sender(address, "yolo", probe_image(), **tls), Sender(address, "yolo", probe_image(), **tls)
-    live_ms: list[float] = []
-    probes: list[Outcome] = []
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    measured: list[Outcome] = []
     try:
         saturated = sender.closed_loop(8, 5.0)
         capacity = sum(o.ok for o in saturated) / 5.0
+        reference.one_by_one(2)  # its TLS session first
         before = _metrics(stack)
-        burst: list[Outcome] = []
-        flood = threading.Thread(target=lambda: burst.extend(sender.open_loop(10 * capacity, BURST_S)))
-        started = time.monotonic()
+        flood = context.Process(target=_flood, args=(address, str(stack.ca_cert), 10 * capacity, BURST_S, results))
         flood.start()
+        started = time.monotonic()
+        time.sleep(2.0)  # the flood's process starts and fills the limit
         while time.monotonic() - started < BURST_S - 1.0:
-            live_ms.append(reference.live_ms())
-            probes.extend(reference.one_by_one(1, priority=PROBE_PRIORITY, pause_s=0.1))
-        flood.join()
-        mean_ms, p99_ms = _queue_waits(before, _metrics(stack))
+            measured.extend(reference.one_by_one(1, pause_s=0.05))
+        burst: list[Outcome] = results.get(timeout=BURST_S + 120)
+        flood.join(30)
+        after = _metrics(stack)
     finally:
         sender.close()
         reference.close()
-    accepted = [o.latency_ms for o in burst if o.ok]
-    rejected = [o for o in burst if not o.ok]
-    rejected_ms = [o.latency_ms for o in rejected]
-    probe_ms = [o.latency_ms for o in probes if o.ok]
-    print(f"\ncapacity through the proxy {capacity:.1f}/s; 10x for {BURST_S:.0f} s: {len(burst)} sent; accepted "
-          f"{len(accepted)}: p50 {percentile(accepted, 50):.0f} ms, p95 {percentile(accepted, 95):.0f} ms (budget "
-          f"{budget_ms:.0f} ms); rejected {len(rejected)}: p50 {percentile(rejected_ms, 50):.0f} ms, p99 "
-          f"{percentile(rejected_ms, 99):.0f} ms (target 250 ms); meanwhile priority-1 probes p95 "
-          f"{percentile(probe_ms, 95):.0f} ms, server-live p50 {percentile(live_ms, 50):.0f} ms; queue wait per step "
-          f"(Triton's): mean {_rounded(mean_ms)} ms (sum {sum(mean_ms.values()):.0f}), p99 {_rounded(p99_ms)} ms")
-    assert capacity > 0 and all(o.ok for o in saturated) and all(o.ok for o in probes)
-    assert len(rejected) > 0.5 * len(burst), "10x the capacity must be shed"
-    assert {o.status for o in rejected} == {"StatusCode.UNAVAILABLE"}, {o.message for o in rejected}
-    # Refused at admission, not after a wait: a full queue answers at once; a timeout is the backstop.
-    assert sum(_kind(o) == "queue full" for o in rejected) >= 0.9 * len(rejected)
-    assert percentile(rejected_ms, 99) < 250.0 + percentile(probe_ms, 95)
-    # Accepted: no step held one longer than the budget (each step's queue policy), by Triton's own measure, free
-    # of the TLS, proxy and client time the same 2 cores spend on the flood. The queues together may hold one
-    # longer (each step bounds only its own wait): the sum of the steps' means and the end-to-end p95 against a
-    # probe's are printed, not asserted (deploy/README.md has the numbers; a step's share of the budget is a
-    # follow-up).
-    assert set(p99_ms) == set(STEPS) and set(mean_ms) == set(STEPS), (p99_ms, mean_ms)
-    assert max(p99_ms.values()) <= QUEUE_SLACK * budget_ms, p99_ms
+    mean_ms, p99_ms = _queue_waits(before, after)
+    failed = _delta(before, after, "nv_inference_request_failure")
+    outcomes = burst + measured
+    refused_ms = [o.latency_ms for o in measured if not o.ok]
+    accepted_ms = [o.latency_ms for o in outcomes if o.ok]
+    print(f"\ncapacity through the proxy {capacity:.1f}/s, budget {budget_ms:.0f} ms, max_in_flight "
+          f"{manifest['admission'].get('max_in_flight')}; 10x for {BURST_S:.0f} s: flood {_summary(burst)}; one at a "
+          f"time meanwhile: {_summary(measured)}; all accepted p95 {percentile(accepted_ms, 95):.0f} ms; queue wait "
+          f"per step (Triton's): mean {_rounded(mean_ms)} ms, p99 {_rounded(p99_ms)} ms")
+    assert capacity > 0 and all(o.ok for o in saturated)
+    assert sum(not o.ok for o in burst) > 0.5 * len(burst), "10x the capacity must be shed"
+    # Nothing lost: every request answered or refused at the door, and Triton failed none of those it took.
+    assert {(o.status, o.message) for o in outcomes if not o.ok} == {("StatusCode.RESOURCE_EXHAUSTED", BUSY_MESSAGE)}
+    assert sum(failed.values()) == 0, failed
+    assert len(refused_ms) >= 20 and percentile(refused_ms, 99) < REFUSAL_P99_MS
+    assert percentile(accepted_ms, 95) <= budget_ms
+    # Triton's own measure agrees: no step held an accepted request longer than the budget.
+    assert set(p99_ms) == set(STEPS) and max(p99_ms.values()) <= QUEUE_SLACK * budget_ms, p99_ms
     stack.wait_serving(30)

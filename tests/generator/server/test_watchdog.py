@@ -124,14 +124,15 @@ def test_uses_only_the_standard_library() -> None:
 def test_probe_speaks_the_ensemble_contract() -> None:
     assert watchdog.INPUT_NAME == contract.IMAGE
     assert watchdog.COUNT_OUTPUT == contract.NUM_DETECTIONS
+    assert watchdog.PROBE_PARAMETER == contract.PROBE_PARAMETER
     image = cv2.imdecode(np.frombuffer(watchdog.PROBE_JPEG, np.uint8), cv2.IMREAD_COLOR)
     assert image is not None and image.shape == (32, 32, 3)
 
 
-def test_inference_request_has_the_highest_priority() -> None:
+def test_inference_request_has_the_highest_priority_and_is_marked_a_probe() -> None:
     body, header_len = watchdog.build_infer_body(b"abc")
     header = json.loads(body[:header_len])
-    assert header["parameters"] == {"priority": 1}
+    assert header["parameters"] == {"priority": 1, "tde_probe": True}  # marked: left out of the quality metrics
     assert header["inputs"][0]["parameters"]["binary_data_size"] == 4 + 3 == len(body) - header_len
 
 

@@ -8,6 +8,7 @@ from generator.builder.stages.admission import (
     CONTENTION_FACTOR,
     MIN_BUDGET_MS,
     budget_warning,
+    in_flight_limit,
     latency_budget,
     queue_policy,
     queue_size,
@@ -77,3 +78,24 @@ def test_an_explicit_budget_is_the_users_sla_even_when_it_warns() -> None:
                                 "basis": "--max-queue-ms (the user's SLA)"}
     assert queue_policy(budget.ms, 8, 497.0).timeout_us == 250_000
     assert budget_warning(budget.ms, 497.0) is not None
+
+
+@pytest.mark.parametrize("batch_ms", [1.0, 62.6, 201.1, 497.0])
+def test_the_pipeline_holds_what_it_finishes_within_the_budget(batch_ms: float) -> None:
+    """Little's law at the contended rate: the last request admitted is answered within the budget."""
+    budget = latency_budget(None, batch_ms)
+    limit = in_flight_limit(budget.ms, 8, batch_ms)
+    assert limit >= 8
+    assert (limit / 8 + 1) * CONTENTION_FACTOR * batch_ms <= budget.ms or limit == 8
+
+
+def test_the_limit_is_recorded_with_the_admission_and_read_back() -> None:
+    from generator.builder.spec.options import BuildOptions
+    from generator.builder.stages.admission import build_admission
+    from generator.repository.admission import Admission
+
+    admission = build_admission(BuildOptions(max_queue_ms=1000, service_ms=100), None)
+    assert admission.max_in_flight == in_flight_limit(1000, 8, 100) == 32
+    assert Admission.from_json(admission.to_json()) == admission
+    older = {k: v for k, v in admission.to_json().items() if k != "max_in_flight"}  # a manifest from before it
+    assert Admission.from_json(older).max_in_flight is None
