@@ -29,6 +29,7 @@ from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisatio
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
 from generator.builder.stages.provider_check import control_file, wants_check
 from generator.builder.stages.service_time import measure_service_time
+from generator.builder.tasks import require_served_task
 from generator.demo import DEMO_ONNX
 from generator.model.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
 from generator.repository.admission import Admission
@@ -341,6 +342,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
 
         probe_builder()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
+    require_served_task(info)
     model = onnx.load(str(onnx_path))
     precision_facts: dict[str, str] = {}
     if options.precision != "fp32":
