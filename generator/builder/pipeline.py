@@ -342,7 +342,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
 
         probe_builder()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
-    require_served_task(info)
+    require_served_task(info, options)
     model = onnx.load(str(onnx_path))
     precision_facts: dict[str, str] = {}
     if options.precision != "fp32":

@@ -23,9 +23,10 @@ OUTPUT_DATATYPES = {NUM_DETECTIONS: "INT32", BOXES: "FP32", SCORES: "FP32", CLAS
 # num_detections are zero like theirs (masks: empty strings). ``detection_boxes`` stays the axis-aligned box of
 # every detection (obb: the rotated box's bounding box), so a detection client reads any of them.
 TASKS = ("detect", "segment", "pose", "obb", "classify")
-KEYPOINTS = "detection_keypoints"  # pose: FP32 [max_det, K, 3], x, y in source pixels (clipped), visibility 0..1
-ROTATED_BOXES = "detection_rotated_boxes"  # obb: FP32 [max_det, 5], cx, cy, w, h in source pixels, angle in
-# radians in [0, pi/2) (Ultralytics' regularised form: w and h swapped where the angle was past pi/2)
+KEYPOINTS = "detection_keypoints"  # pose: FP32 [max_det, K, D] (the export's kpt_shape), x, y in source pixels
+# (clipped to the image), then the visibility probability when D = 3
+ROTATED_BOXES = "detection_rotated_boxes"  # obb: FP32 [max_det, 5], cx, cy, w, h in source pixels (unclipped), the
+# angle in radians as the head gives it, in [-pi/4, 3pi/4) (Ultralytics predict's xywhr)
 MASKS = "detection_masks"  # segment: BYTES [max_det], one COCO compressed RLE ("counts") of the
 # source-sized mask per detection, column-major as pycocotools; size is [source_height, source_width]
 MASK_SIZE = "mask_size"  # segment: INT32 [2], the masks' height and width (the source image's)

@@ -1,4 +1,4 @@
-"""Triton model: decode the detection head and run NMS for all queued requests at once."""
+"""Triton model: decode the head (detection, pose or OBB) and run NMS for all queued requests at once."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ from typing import Any
 
 from ensemble_common import StepMetrics, failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.contract import BOXES, CLASSES, LETTERBOX, NUM_DETECTIONS, SCORES
-from ensemble_pipeline.nms import postprocess
+from ensemble_pipeline.tasks import head_spec, postprocess_task
 from ensemble_pipeline.telemetry import nms_series, output_counts
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         params = parameters(args)
-        self.layout = params["layout"]
+        self.spec = head_spec(params)  # the layout, and for a pose or OBB head how to split it
         self.raw_name = params["raw_output"]
         self.conf = float(params["conf_threshold"])
         self.iou = float(params["iou_threshold"])
@@ -24,13 +24,15 @@ class TritonPythonModel:
         try:
             raw, sizes = stack_inputs(requests, self.raw_name)
             letterbox, _ = stack_inputs(requests, LETTERBOX)
-            out = postprocess(raw, self.layout, letterbox, self.conf, self.iou, self.max_det)
+            found = postprocess_task(raw, self.spec, letterbox, self.conf, self.iou, self.max_det)
+            out = found.detections
             self.telemetry.add(output_counts(out.num_detections, out.scores, self.max_det))
             return split_responses({
                 NUM_DETECTIONS: out.num_detections,
                 BOXES: out.boxes,
                 SCORES: out.scores,
                 CLASSES: out.classes,
+                **found.extras,
             }, sizes)
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "nms", exc)

@@ -19,6 +19,11 @@ from generator.builder.stages.config.detector_io import (
     item_image_dims,
 )
 from generator.builder.stages.config.load_rules import check_ensemble_wiring, parse
+from generator.builder.stages.config.task_io import (
+    task_ensemble_parameters,
+    task_outputs,
+    task_step_parameters,
+)
 from generator.errors import ConfigError
 from generator.model.onnx_inspect import DetectorInfo
 from generator.repository.admission import Admission
@@ -208,12 +213,14 @@ def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, para
         "raw_dtype": io.output.data_type,
         "raw_dims": list(io.item_output_dims),
         "max_detections": options.max_detections,
+        "task_outputs": task_outputs(info, options.max_detections),
         "instances": options.nms_instances,
         "parameters": {
             "layout": info.layout,
             "conf_threshold": repr(options.conf_threshold),
             "iou_threshold": repr(options.iou_threshold),
             "max_detections": str(options.max_detections),
+            **task_step_parameters(info),
             **parameters,
         },
     }
@@ -302,12 +309,14 @@ def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: Build
         name=options.name,
         max_batch_size=max_batch,
         max_detections=options.max_detections,
+        task_outputs=task_outputs(info, options.max_detections),
         preprocess=names["preprocess"],
         detector=names["detector"],
         nms=names["nms"],
         detector_input=io.input.name,
         detector_output=io.output.name,
-        parameters={contract.CLASS_NAMES_PARAMETER: json.dumps(list(info.class_names)), **parameters},
+        parameters={contract.CLASS_NAMES_PARAMETER: json.dumps(list(info.class_names)),
+                    **task_ensemble_parameters(info), **parameters},
         version=version,
         step_version=-1 if version is None else version,
     )

@@ -1,0 +1,106 @@
+"""Pose and OBB exports built with the defaults and served by the real embedded Triton return what Ultralytics'
+own predict returns on the same ONNX and the same images.
+
+The exports are yolo11n-pose and yolo11n-obb from the packaged YAMLs (``tests/fixtures/ultralytics``, refilled so
+that the synthetic scenes give detections: a comparison of two empty outputs would prove nothing, and the test
+asserts there are some). What predict returned is recorded by ``tests/fixtures/ultralytics/predict.py`` in the
+Ultralytics environment (CI has none); the test first checks that the fixture and the scene pixels are those the
+record was made from. Tolerances are the issue's: boxes and keypoints within 1 px, rotated boxes within 1 px and 1
+degree, classes equal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
+from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
+from generator.serving.contract import IMAGE, KEYPOINTS, ROTATED_BOXES, TASK_OUTPUTS
+from generator.synthetic import encode
+from tests.fixtures import ultralytics as fixtures
+from tests.fixtures.ultralytics.predict import (
+    PREDICTIONS,
+    TASK_FIXTURES,
+    digest,
+    fixture_digest,
+    scene_images,
+)
+
+pytestmark = pytest.mark.integration
+PIXEL_TOLERANCE = 1.0
+ANGLE_TOLERANCE = math.radians(1.0)
+SCORE_TOLERANCE = 1e-3  # two ONNX Runtime builds (the project's, Ultralytics' environment's) on the same graph
+
+
+def model_name(key: str) -> str:
+    return key.replace("-", "_")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    root = tmp_path_factory.mktemp("tasks")
+    repositories = []
+    for key in TASK_FIXTURES:
+        repository = root / f"repo-{key}"
+        build_repository(fixtures.write(key, root / "onnx"), repository, BuildOptions(name=model_name(key)))
+        repositories.append(repository)
+    with EmbeddedServer(repositories[0], free_port(), free_port(), free_port(), log_file=root / "tritonserver.log",
+                        extra_args=tuple(f"--model-repository={r}" for r in repositories[1:])) as running:
+        yield running
+
+
+def served(server: EmbeddedServer, key: str, image: bytes) -> dict[str, np.ndarray]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput(IMAGE, [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([image], dtype=object).reshape(1, 1))
+    names = TASK_OUTPUTS[TASK_FIXTURES[key]]
+    result = client.infer(model_name(key), [tensor], outputs=[grpcclient.InferRequestedOutput(n) for n in names])
+    return {name: result.as_numpy(name)[0] for name in names}
+
+
+def recorded(key: str) -> dict[str, object]:
+    entry = json.loads(PREDICTIONS.read_text())["models"][key]
+    assert entry["fixture_sha256"] == fixture_digest(key), (
+        f"{PREDICTIONS.name} was recorded from another {key} fixture: run tests/fixtures/ultralytics/predict.py")
+    return entry
+
+
+def _same_detections(got: dict[str, np.ndarray], expected: dict[str, list], task: str) -> int:
+    count = int(got["num_detections"][0])
+    assert count == len(expected["scores"])
+    np.testing.assert_array_equal(got["detection_classes"][:count], expected["classes"])
+    np.testing.assert_allclose(got["detection_scores"][:count], expected["scores"], atol=SCORE_TOLERANCE)
+    assert not got["detection_scores"][count:].any()  # padding is zero
+    if task == "pose":
+        np.testing.assert_allclose(got["detection_boxes"][:count], np.reshape(expected["boxes"], (-1, 4)),
+                                   atol=PIXEL_TOLERANCE)
+        points, want = got[KEYPOINTS][:count], np.reshape(expected["keypoints"], (count, 17, 3))
+        np.testing.assert_allclose(points[..., :2], want[..., :2], atol=PIXEL_TOLERANCE)
+        np.testing.assert_allclose(points[..., 2], want[..., 2], atol=SCORE_TOLERANCE)
+    else:
+        rotated, want = got[ROTATED_BOXES][:count], np.reshape(expected["rotated_boxes"], (-1, 5))
+        np.testing.assert_allclose(rotated[:, :4], want[:, :4], atol=PIXEL_TOLERANCE)
+        np.testing.assert_allclose(rotated[:, 4], want[:, 4], atol=ANGLE_TOLERANCE)
+    return count
+
+
+@pytest.mark.parametrize("key", list(TASK_FIXTURES))
+def test_served_task_outputs_equal_ultralytics_predict(server: EmbeddedServer, key: str) -> None:
+    entry = recorded(key)
+    counts = []
+    for index, (image, expected) in enumerate(zip(scene_images(), entry["images"], strict=True)):  # type: ignore[call-overload]
+        assert expected["pixels_sha256"] == digest(image.tobytes()), f"scene {index} is not the recorded one"
+        try:
+            counts.append(_same_detections(served(server, key, encode(image, ".png")), expected,
+                                           TASK_FIXTURES[key]))
+        except AssertionError as exc:
+            raise AssertionError(f"{key} scene {index}: {exc}") from exc
+    assert max(counts) >= 3 and sum(counts) >= 10, f"{key}: too few detections to compare ({counts})"
