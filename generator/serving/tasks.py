@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .contract import KEYPOINTS, ROTATED_BOXES
+from .contract import KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES
 from .letterbox import boxes_to_source
+from .masks import encode_counts, run_lengths, source_masks
 from .nms import COORDINATE_LIMIT, MAX_CANDIDATES, Detections, nms, postprocess
 
-TASK_LAYOUTS = ("pose", "obb")
+TASK_LAYOUTS = ("pose", "obb", "segment")
 
 
 @dataclass(frozen=True)
@@ -165,9 +166,30 @@ def _padded(batch: int, max_detections: int, image: np.ndarray, rank: np.ndarray
     return out
 
 
+def _segment_outputs(found: _Candidates, kept: np.ndarray, boxes: np.ndarray, protos: np.ndarray,
+                     params: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+    """Each kept detection's mask as RLE; which detections have a mask at all (predict drops the empty ones)."""
+    alive = np.zeros(len(kept), dtype=bool)
+    encoded: list[bytes] = [b""] * len(kept)
+    image = found.image[kept]
+    for index in np.unique(image):
+        rows = np.flatnonzero(image == index)
+        source = (int(params[rows[0], 5]), int(params[rows[0], 4]))
+        masks = source_masks(protos[index], found.extra[kept[rows]], boxes[rows], source)
+        for row, mask in zip(rows, masks, strict=True):
+            alive[row] = mask.any()
+            encoded[row] = encode_counts(run_lengths(mask)) if alive[row] else b""
+    return alive, encoded
+
+
+def _ranks(image: np.ndarray) -> np.ndarray:
+    return np.arange(len(image)) - np.searchsorted(image, image, side="left")
+
+
 def postprocess_task(raw: np.ndarray, spec: HeadSpec, letterbox_params: np.ndarray, conf_threshold: float,
-                     iou_threshold: float, max_detections: int) -> TaskDetections:
-    """A batch of raw heads of any layout to padded outputs in source pixels, with the task's own outputs."""
+                     iou_threshold: float, max_detections: int, protos: np.ndarray | None = None) -> TaskDetections:
+    """A batch of raw heads of any layout to padded outputs in source pixels, with the task's own outputs
+    (``protos``: a segmentation head's prototypes, [N, nm, mh, mw])."""
     if spec.layout not in TASK_LAYOUTS:
         return TaskDetections(postprocess(raw, spec.layout, letterbox_params, conf_threshold, iou_threshold,
                                           max_detections), {})
@@ -180,20 +202,32 @@ def postprocess_task(raw: np.ndarray, spec: HeadSpec, letterbox_params: np.ndarr
     else:
         kept = nms(_xyxy(found.xywh), found.scores, groups, iou_threshold)
     kept = kept[np.argsort(found.image[kept], kind="stable")]  # by image, then by score
+    kept = kept[_ranks(found.image[kept]) < max_detections]
+    params = letterbox_params[found.image[kept]]
+    if spec.layout == "segment":
+        assert protos is not None, "a segmentation head needs its prototypes"
+        boxes = boxes_to_source(_xyxy(found.xywh[kept]), params)
+        alive, encoded = _segment_outputs(found, kept, boxes, protos, params)
+        kept, boxes, params = kept[alive], boxes[alive], params[alive]
+        encoded = [e for e, a in zip(encoded, alive, strict=True) if a]
     image = found.image[kept]
-    rank = np.arange(len(kept)) - np.searchsorted(image, image, side="left")
-    capped = rank < max_detections
-    kept, image, rank = kept[capped], image[capped], rank[capped]
-    params = letterbox_params[image]
+    rank = _ranks(image)
     if spec.layout == "obb":
         rotated = _rotated_to_source(xywhr[kept], params)
         boxes = np.clip(_hull(rotated), 0, np.tile(params[:, 4:6], 2))
         extras = {ROTATED_BOXES: _padded(batch, max_detections, image, rank, rotated)}
-    else:
+    elif spec.layout == "pose":
         assert spec.kpt_shape is not None, "a pose head needs its kpt_shape"
         points = found.extra[kept].reshape(len(kept), *spec.kpt_shape)
         boxes = boxes_to_source(_xyxy(found.xywh[kept]), params)
         extras = {KEYPOINTS: _padded(batch, max_detections, image, rank, _keypoints_to_source(points, params))}
+    else:
+        masks = np.full((batch, max_detections), b"", dtype=object)
+        column = np.empty(len(encoded), dtype=object)
+        column[:] = encoded
+        masks[image, rank] = column
+        size = letterbox_params[:, [5, 4]].astype(np.int32)  # height, width
+        extras = {MASKS: masks, MASK_SIZE: size}
     num = np.zeros((batch, 1), dtype=np.int32)
     np.add.at(num[:, 0], image, 1)
     classes = np.zeros((batch, max_detections), dtype=np.int32)

@@ -1,4 +1,4 @@
-"""Pose and OBB exports built with the defaults and served by the real embedded Triton return what Ultralytics'
+"""Pose, OBB and segmentation exports built with the defaults and served by the real embedded Triton return what Ultralytics'
 own predict returns on the same ONNX and the same images.
 
 The exports are yolo11n-pose and yolo11n-obb from the packaged YAMLs (``tests/fixtures/ultralytics``, refilled so
@@ -6,12 +6,11 @@ that the synthetic scenes give detections: a comparison of two empty outputs wou
 asserts there are some). What predict returned is recorded by ``tests/fixtures/ultralytics/predict.py`` in the
 Ultralytics environment (CI has none); the test first checks that the fixture and the scene pixels are those the
 record was made from. Tolerances are the issue's: boxes and keypoints within 1 px, rotated boxes within 1 px and 1
-degree, classes equal.
+degree, masks (at the source size, RLE) at an IoU of 0.95 or more, classes equal.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 
@@ -23,7 +22,8 @@ from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.server.embedded import EmbeddedServer
 from generator.server.ports import free_port
-from generator.serving.contract import IMAGE, KEYPOINTS, ROTATED_BOXES, TASK_OUTPUTS
+from generator.serving.contract import IMAGE, KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES, TASK_OUTPUTS
+from generator.serving.masks import decode_mask
 from generator.synthetic import encode
 from tests.fixtures import ultralytics as fixtures
 from tests.fixtures.ultralytics.predict import (
@@ -31,12 +31,15 @@ from tests.fixtures.ultralytics.predict import (
     TASK_FIXTURES,
     digest,
     fixture_digest,
+    recorded_predictions,
+    runs_to_mask,
     scene_images,
 )
 
 pytestmark = pytest.mark.integration
 PIXEL_TOLERANCE = 1.0
 ANGLE_TOLERANCE = math.radians(1.0)
+MASK_IOU = 0.95
 SCORE_TOLERANCE = 1e-3  # two ONNX Runtime builds (the project's, Ultralytics' environment's) on the same graph
 
 
@@ -67,7 +70,7 @@ def served(server: EmbeddedServer, key: str, image: bytes) -> dict[str, np.ndarr
 
 
 def recorded(key: str) -> dict[str, object]:
-    entry = json.loads(PREDICTIONS.read_text())["models"][key]
+    entry = recorded_predictions()["models"][key]
     assert entry["fixture_sha256"] == fixture_digest(key), (
         f"{PREDICTIONS.name} was recorded from another {key} fixture: run tests/fixtures/ultralytics/predict.py")
     return entry
@@ -85,11 +88,25 @@ def _same_detections(got: dict[str, np.ndarray], expected: dict[str, list], task
         points, want = got[KEYPOINTS][:count], np.reshape(expected["keypoints"], (count, 17, 3))
         np.testing.assert_allclose(points[..., :2], want[..., :2], atol=PIXEL_TOLERANCE)
         np.testing.assert_allclose(points[..., 2], want[..., 2], atol=SCORE_TOLERANCE)
-    else:
+    elif task == "obb":
         rotated, want = got[ROTATED_BOXES][:count], np.reshape(expected["rotated_boxes"], (-1, 5))
         np.testing.assert_allclose(rotated[:, :4], want[:, :4], atol=PIXEL_TOLERANCE)
         np.testing.assert_allclose(rotated[:, 4], want[:, 4], atol=ANGLE_TOLERANCE)
+    else:
+        np.testing.assert_allclose(got["detection_boxes"][:count], np.reshape(expected["boxes"], (-1, 4)),
+                                   atol=PIXEL_TOLERANCE)
+        _same_masks(got, expected["mask_runs"], count)
     return count
+
+
+def _same_masks(got: dict[str, np.ndarray], runs: list[list[int]], count: int) -> None:
+    height, width = (int(v) for v in got[MASK_SIZE])
+    assert all(not m for m in got[MASKS][count:])  # padding is empty
+    for index in range(len(runs)):  # the best detections' (predict.MASKS_RECORDED)
+        served_mask = decode_mask(got[MASKS][index], height, width)
+        want = runs_to_mask(runs[index], height, width)
+        iou = (served_mask & want).sum() / max((served_mask | want).sum(), 1)
+        assert iou >= MASK_IOU, f"mask {index}: IoU {iou:.4f} with Ultralytics' ({want.sum()} pixels)"
 
 
 @pytest.mark.parametrize("key", list(TASK_FIXTURES))

@@ -75,11 +75,13 @@ def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptio
         onnx.save(served, str(path))
         runner = OnnxRunner(str(path), session_threads(options.detector_thread_setting, options.detector_instances),
                             spin_wait=options.detector_spinning)
-        raw = runner.run(images)[runner.output_names.index(info.output.name)]  # also the warm-up run
+        outputs = runner.run(images)  # also the warm-up run
+        raw = outputs[runner.output_names.index(info.output.name)]
+        protos = outputs[runner.output_names.index(info.protos.name)] if info.protos else None
         steps["detector"] = _median_ms(lambda: runner.run(images))
     spec = HeadSpec(info.layout, info.num_classes, info.kpt_shape)
     steps["nms"] = _median_ms(lambda: postprocess_task(raw, spec, letterbox, options.conf_threshold,
-                                                       options.iou_threshold, options.max_detections))
+                                                       options.iou_threshold, options.max_detections, protos))
     return steps
 
 

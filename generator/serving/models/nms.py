@@ -15,6 +15,7 @@ class TritonPythonModel:
         params = parameters(args)
         self.spec = head_spec(params)  # the layout, and for a pose or OBB head how to split it
         self.raw_name = params["raw_output"]
+        self.protos_name = params.get("protos_input")  # a segmentation head's mask prototypes
         self.conf = float(params["conf_threshold"])
         self.iou = float(params["iou_threshold"])
         self.max_det = int(params["max_detections"])
@@ -24,7 +25,8 @@ class TritonPythonModel:
         try:
             raw, sizes = stack_inputs(requests, self.raw_name)
             letterbox, _ = stack_inputs(requests, LETTERBOX)
-            found = postprocess_task(raw, self.spec, letterbox, self.conf, self.iou, self.max_det)
+            protos = stack_inputs(requests, self.protos_name)[0] if self.protos_name else None
+            found = postprocess_task(raw, self.spec, letterbox, self.conf, self.iou, self.max_det, protos)
             out = found.detections
             self.telemetry.add(output_counts(out.num_detections, out.scores, self.max_det))
             return split_responses({

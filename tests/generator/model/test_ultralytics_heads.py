@@ -13,6 +13,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from generator.builder.spec.options import BuildOptions, SpecError
 from generator.builder.tasks import require_served_task
 from generator.errors import ModelInspectionError
 from generator.model.onnx_inspect import inspect_onnx
@@ -64,3 +65,16 @@ def test_every_detection_family_is_recognised(family: str, tmp_path: Path) -> No
         expected = "end2end" if family in ("yolov10", "yolo26") else "v8"
         assert (info.layout, info.num_classes, info.image_size) == (expected, 80, (320, 320))
         assert info.static_batch == (1 if mode == "static" else None)
+
+
+@pytest.mark.parametrize(("head", "options", "message"), [
+    ("pose", BuildOptions(nms_in_graph=True), "--nms-in-graph builds ONNX NonMaxSuppression for detection heads"),
+    ("obb", BuildOptions(precision="fp16"), "--precision fp16: the accuracy gate compares detection heads"),
+    ("seg", BuildOptions(target="tensorrt"), "--target tensorrt binds one detector output"),
+])
+def test_a_served_task_refuses_the_options_its_step_cannot_honour(head: str, options: BuildOptions, message: str,
+                                                                   tmp_path: Path) -> None:
+    info = inspect_onnx(fixtures.write(f"{head}-static", tmp_path))
+    with pytest.raises(SpecError, match=message):
+        require_served_task(info, options)
+    require_served_task(info, BuildOptions())  # the defaults serve it

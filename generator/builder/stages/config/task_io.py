@@ -14,6 +14,9 @@ def task_outputs(info: DetectorInfo, max_detections: int) -> list[dict[str, Any]
         return [{"name": contract.KEYPOINTS, "data_type": "TYPE_FP32", "dims": [max_detections, *info.kpt_shape]}]
     if info.task == "obb":
         return [{"name": contract.ROTATED_BOXES, "data_type": "TYPE_FP32", "dims": [max_detections, 5]}]
+    if info.task == "segment":
+        return [{"name": contract.MASKS, "data_type": "TYPE_STRING", "dims": [max_detections]},
+                {"name": contract.MASK_SIZE, "data_type": "TYPE_INT32", "dims": [2]}]
     return []
 
 
@@ -22,7 +25,8 @@ def task_step_parameters(info: DetectorInfo) -> dict[str, str]:
     if info.task == "detect":
         return {}
     kpt = {"kpt_shape": ",".join(map(str, info.kpt_shape))} if info.kpt_shape else {}
-    return {contract.TASK_PARAMETER: info.task, "num_classes": str(info.num_classes), **kpt}
+    protos = {"protos_input": info.protos.name} if info.protos else {}
+    return {contract.TASK_PARAMETER: info.task, "num_classes": str(info.num_classes), **kpt, **protos}
 
 
 def task_ensemble_parameters(info: DetectorInfo) -> dict[str, str]:
