@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from clients import DetectionClient
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.server.embedded import EmbeddedServer
@@ -121,3 +122,22 @@ def test_served_task_outputs_equal_ultralytics_predict(server: EmbeddedServer, k
         except AssertionError as exc:
             raise AssertionError(f"{key} scene {index}: {exc}") from exc
     assert max(counts) >= 3 and sum(counts) >= 10, f"{key}: too few detections to compare ({counts})"
+
+
+@pytest.mark.parametrize("key", list(TASK_FIXTURES))
+def test_the_detection_client_reads_each_task_from_the_metadata(server: EmbeddedServer, key: str) -> None:
+    image = encode(scene_images()[3], ".png")
+    raw = served(server, key, image)
+    with DetectionClient(server.grpc_url, model=model_name(key)) as client:
+        result = client.detect(image)
+        assert client.model_info.task == TASK_FIXTURES[key]
+    count = int(raw["num_detections"][0])
+    assert len(result) == count >= 3
+    first = result.detections[0]
+    if key == "pose-static":
+        np.testing.assert_allclose(np.array(first.keypoints), raw[KEYPOINTS][0])
+    elif key == "obb-static":
+        np.testing.assert_allclose(first.rotated_box, raw[ROTATED_BOXES][0])
+    else:
+        assert first.mask_rle == raw[MASKS][0] and first.mask_size == tuple(raw[MASK_SIZE])
+        assert first.as_dict()["mask"]["size"] == list(raw[MASK_SIZE])
