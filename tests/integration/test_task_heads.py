@@ -137,7 +137,7 @@ def test_the_detection_client_reads_each_task_from_the_metadata(server: Embedded
     if key == "pose-static":
         np.testing.assert_allclose(np.array(first.keypoints), raw[KEYPOINTS][0])
     elif key == "obb-static":
-        np.testing.assert_allclose(first.rotated_box, raw[ROTATED_BOXES][0])
+        np.testing.assert_allclose(np.array(first.rotated_box), raw[ROTATED_BOXES][0])
     else:
         assert first.mask_rle == raw[MASKS][0] and first.mask_size == tuple(raw[MASK_SIZE])
         assert first.as_dict()["mask"]["size"] == list(raw[MASK_SIZE])
