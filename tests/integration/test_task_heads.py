@@ -19,12 +19,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from clients import DetectionClient
+from clients.rle import decode_mask
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.server.embedded import EmbeddedServer
 from generator.server.ports import free_port
 from generator.serving.contract import IMAGE, KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES, TASK_OUTPUTS
-from generator.serving.masks import decode_mask
 from generator.synthetic import encode
 from tests.fixtures import ultralytics as fixtures
 from tests.fixtures.ultralytics.predict import (

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from generator.serving.masks import decode_counts, decode_mask, encode_counts, run_lengths, source_masks
+from clients.rle import decode_counts, decode_mask
+from generator.serving.masks import encode_counts, run_lengths, source_masks
 
 
 def test_the_compressed_string_follows_cocos_format() -> None:
