@@ -21,7 +21,7 @@ import numpy as np
 
 from .contract import KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES
 from .letterbox import boxes_to_source
-from .masks import encode_counts, run_lengths, source_masks
+from .masks import box_windows, encode_counts, source_masks, window_run_lengths
 from .nms import COORDINATE_LIMIT, MAX_CANDIDATES, Detections, nms, postprocess
 
 TASK_LAYOUTS = ("pose", "obb", "segment")
@@ -175,10 +175,10 @@ def _segment_outputs(found: _Candidates, kept: np.ndarray, boxes: np.ndarray, pr
     for index in np.unique(image):
         rows = np.flatnonzero(image == index)
         source = (int(params[rows[0], 5]), int(params[rows[0], 4]))
-        masks = source_masks(protos[index], found.extra[kept[rows]], boxes[rows], source)
-        for row, mask in zip(rows, masks, strict=True):
-            alive[row] = mask.any()
-            encoded[row] = encode_counts(run_lengths(mask)) if alive[row] else b""
+        windows = source_masks(protos[index], found.extra[kept[rows]], boxes[rows], source)
+        for row, window, (x1, y1, _, _) in zip(rows, windows, box_windows(boxes[rows], source), strict=True):
+            alive[row] = window.any()
+            encoded[row] = encode_counts(window_run_lengths(window, y1, x1, source)) if alive[row] else b""
     return alive, encoded
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from clients.rle import decode_counts, decode_mask
-from generator.serving.masks import encode_counts, run_lengths, source_masks
+from generator.serving.masks import box_windows, encode_counts, run_lengths, source_masks, window_run_lengths
 
 
 def test_the_compressed_string_follows_cocos_format() -> None:
@@ -40,8 +40,33 @@ def test_masks_are_scaled_past_the_letterbox_and_cropped_to_their_box() -> None:
     # padding above and below (4 prototype rows of 16), which must not stretch the mask.
     protos = np.full((1, 16, 16), -1.0, dtype=np.float32)
     protos[0, 4:12, :8] = 1.0
-    masks = source_masks(protos, np.array([[1.0], [1.0]]), np.array([[0, 0, 200, 100], [20, 10, 60, 30]],
-                                                                     dtype=np.float32), (100, 200))
-    assert masks.shape == (2, 100, 200)
-    assert masks[0, :, :95].all() and not masks[0, :, 105:].any()
-    assert masks[1].sum() == 40 * 20 and masks[1, 10:30, 20:60].all()
+    boxes = np.array([[0, 0, 200, 100], [20.5, 10, 60, 30]], dtype=np.float32)
+    whole, small = source_masks(protos, np.array([[1.0], [1.0]]), boxes, (100, 200))
+    assert box_windows(boxes, (100, 200)) == [(0, 0, 200, 100), (21, 10, 60, 30)]
+    assert whole.shape == (100, 200) and small.shape == (20, 39) and small.all()
+    assert whole[:, :95].all() and not whole[:, 105:].any()
+
+
+def test_a_window_is_the_same_pixels_as_resizing_the_whole_plane() -> None:
+    import cv2
+
+    plane = np.random.default_rng(1).normal(size=(40, 60)).astype(np.float32)
+    full = cv2.resize(plane, (250, 170), interpolation=cv2.INTER_LINEAR)
+    from generator.serving.masks import _window
+
+    np.testing.assert_allclose(_window(plane, (170, 250), (30, 7, 240, 170)), full[7:170, 30:240], atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_runs_of_a_window_are_those_of_the_whole_mask(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((30, 40), dtype=bool)
+    top, left = int(rng.integers(0, 10)), int(rng.integers(0, 10))
+    bottom, right = (30, 40) if seed % 2 else (int(rng.integers(top + 1, 31)), int(rng.integers(left + 1, 41)))
+    mask[top:bottom, left:right] = rng.uniform(size=(bottom - top, right - left)) > 0.3
+    mask[top:bottom, left] = True  # whole columns: runs that go on into the next column
+    flat = mask.ravel(order="F").astype(np.int8)
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(flat)) + 1, [flat.size]])
+    expected = np.diff(bounds) if not flat[0] else np.concatenate([[0], np.diff(bounds)])
+    got = window_run_lengths(mask[top:bottom, left:right], top, left, (30, 40))
+    np.testing.assert_array_equal(got, expected)
