@@ -129,3 +129,11 @@ def task_classes(head: TaskHead, num_names: int | None) -> int:
         raise ModelInspectionError(f"the metadata names {num_names} classes but the {head.task} head "
                                    f"'{output.name}' {list(output.shape)} carries {count}")
     return count
+
+
+def require_detect(task: str, what: str) -> None:
+    """Refuse a non-detection export where only boxes are measured (``what`` names the measurement)."""
+    if task != "detect":
+        raise ModelInspectionError(f"{what} measures detection boxes; this is an Ultralytics '{task}' export, whose "
+                                   "served outputs are compared with Ultralytics' predict instead "
+                                   "(tests/integration/test_task_heads.py)")
