@@ -25,6 +25,8 @@ from .masks import box_windows, encode_counts, source_masks, window_run_lengths
 from .nms import COORDINATE_LIMIT, MAX_CANDIDATES, Detections, nms, postprocess
 
 TASK_LAYOUTS = ("pose", "obb", "segment")
+# Box pairs compared at once by the rotated NMS (about 100 bytes of float64 scratch each).
+PAIR_CHUNK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,11 @@ def rotated_nms(xywhr: np.ndarray, scores: np.ndarray, groups: np.ndarray, iou_t
     later = np.repeat(np.arange(len(order)), position)
     earlier = starts[later] + np.arange(len(later)) - np.repeat(np.cumsum(position) - position, position)
     sorted_boxes = xywhr[order]
-    overlap = probiou(sorted_boxes[earlier], sorted_boxes[later]) > iou_threshold
-    suppressed = np.bincount(later[overlap], minlength=len(order)) > 0
+    suppressed = np.zeros(len(order), dtype=bool)
+    for start in range(0, len(later), PAIR_CHUNK):  # bounds the scratch: one crowded class can pair millions
+        pairs = slice(start, start + PAIR_CHUNK)
+        overlap = probiou(sorted_boxes[earlier[pairs]], sorted_boxes[later[pairs]]) > iou_threshold
+        suppressed[later[pairs][overlap]] = True
     kept = order[~suppressed]
     return kept[np.argsort(-scores[kept], kind="stable")]
 

@@ -83,6 +83,6 @@ def test_a_served_task_refuses_the_options_its_step_cannot_honour(head: str, opt
 def test_box_measurements_refuse_a_task_export_by_name(tmp_path: Path) -> None:
     from generator.evaluation.reference import ReferencePipeline
 
-    with pytest.raises(ModelInspectionError, match="the reference pipeline .* measures detection boxes; this is an "
-                       "Ultralytics 'pose' export"):
+    with pytest.raises(ModelInspectionError, match=r"the reference pipeline .* measures detection boxes; this is an "
+                       r"Ultralytics 'pose' export"):
         ReferencePipeline(fixtures.write("pose-static", tmp_path))

@@ -132,3 +132,14 @@ def test_a_batch_keeps_each_image_to_its_own_rows() -> None:
     out = postprocess_task(raw, HeadSpec("obb", 1), np.repeat(IDENTITY, 3, axis=0), 0.25, 0.45, 4)
     assert out.detections.num_detections[:, 0].tolist() == [2, 1, 0]
     np.testing.assert_allclose(out.extras[ROTATED_BOXES][1, 0], [50, 60, 30, 30, 1.0])
+
+
+def test_rotated_nms_in_small_chunks_of_pairs_keeps_the_same_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from generator.serving import tasks
+
+    rng = np.random.default_rng(9)
+    xywhr = np.column_stack([rng.uniform(0, 100, (80, 2)), rng.uniform(5, 40, (80, 2)), rng.uniform(0, 3, 80)])
+    scores, groups = rng.uniform(0.1, 1, 80), rng.integers(0, 2, 80)
+    whole = rotated_nms(xywhr, scores, groups, 0.45)
+    monkeypatch.setattr(tasks, "PAIR_CHUNK", 7)
+    np.testing.assert_array_equal(rotated_nms(xywhr, scores, groups, 0.45), whole)
