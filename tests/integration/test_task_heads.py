@@ -141,3 +141,30 @@ def test_the_detection_client_reads_each_task_from_the_metadata(server: Embedded
     else:
         assert first.mask_rle == raw[MASKS][0] and first.mask_size == tuple(raw[MASK_SIZE])
         assert first.as_dict()["mask"]["size"] == list(raw[MASK_SIZE])
+
+
+@pytest.mark.parametrize("key", list(TASK_FIXTURES))
+def test_a_batch_returns_each_image_what_it_returns_alone(server: EmbeddedServer, key: str) -> None:
+    images = [encode(image, ".png") for image in scene_images()[2:5]]
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput(IMAGE, [len(images), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array(images, dtype=object).reshape(-1, 1))
+    names = TASK_OUTPUTS[TASK_FIXTURES[key]]
+    together = client.infer(model_name(key), [tensor], outputs=[grpcclient.InferRequestedOutput(n) for n in names])
+    for index, image in enumerate(images):
+        alone = served(server, key, image)
+        for name in names:
+            got = together.as_numpy(name)[index]
+            if got.dtype == object:
+                assert got.tolist() == alone[name].tolist(), name
+            else:
+                np.testing.assert_allclose(got, alone[name], atol=1e-4, err_msg=name)
+
+
+def test_a_bad_image_fails_alone_and_the_task_ensemble_keeps_serving(server: EmbeddedServer) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    good = encode(scene_images()[3], ".png")
+    with pytest.raises(InferenceServerException, match="invalid image"):
+        served(server, "seg-static", good[: len(good) // 2])
+    assert int(served(server, "seg-static", good)["num_detections"][0]) > 0
