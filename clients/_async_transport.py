@@ -70,14 +70,14 @@ class AsyncTransport:
 
     async def infer(
         self, model: str, images: Sequence[bytes], batched: bool, timeout_s: float,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None, outputs: Sequence[str] = OUTPUT_NAMES,
     ) -> dict[str, np.ndarray]:
         """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching."""
         self._get_client()
-        inputs, outputs = image_request(self._module, images, batched)
-        result = await self._call("infer", model, inputs, outputs=outputs, headers=dict(headers) if headers else None,
+        inputs, requested = image_request(self._module, images, batched, outputs)
+        result = await self._call("infer", model, inputs, outputs=requested, headers=dict(headers) if headers else None,
                                   timeout_s=timeout_s)
-        return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
+        return {name: result.as_numpy(name) for name in outputs}
 
     async def model_metadata(self, model: str, timeout_s: float) -> dict[str, Any]:
         kwargs = {"as_json": True} if self.endpoint.protocol == "grpc" else {}

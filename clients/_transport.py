@@ -68,14 +68,15 @@ class SyncTransport:
             raise translate_error(exc, self.endpoint, timeout_s) from exc
 
     def infer(self, model: str, images: Sequence[bytes], batched: bool, timeout_s: float,
-              headers: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+              headers: Mapping[str, str] | None = None, outputs: Sequence[str] = OUTPUT_NAMES,
+              ) -> dict[str, np.ndarray]:
         """One request carrying all `images`: shape [N, 1] BYTES, or [1] for a model without batching.
 
         `headers` (the trace context) go as HTTP headers or gRPC metadata."""
-        inputs, outputs = image_request(self._module, images, batched)
-        result = self._call(timeout_s, self._client.infer, model, inputs, outputs=outputs,
+        inputs, requested = image_request(self._module, images, batched, outputs)
+        result = self._call(timeout_s, self._client.infer, model, inputs, outputs=requested,
                             headers=dict(headers) if headers else None)
-        return {name: result.as_numpy(name) for name in OUTPUT_NAMES}
+        return {name: result.as_numpy(name) for name in outputs}
 
     def model_metadata(self, model: str, timeout_s: float) -> dict[str, Any]:
         kwargs = {"as_json": True} if self.endpoint.protocol == "grpc" else {}

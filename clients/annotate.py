@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from clients.detection import DetectionResult
+from clients.detection import Detection, DetectionResult
 from clients.errors import ClientError
+from clients.rle import decode_mask
 
 _WRITABLE = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -21,8 +22,21 @@ def _color(class_id: int) -> tuple[int, int, int]:
     return int(bgr[0]), int(bgr[1]), int(bgr[2])
 
 
+def _draw_task(canvas: np.ndarray, det: Detection, color: tuple[int, int, int], thickness: int) -> None:
+    """A segmentation mask tinted in, or the keypoints the model sees (visibility above one half) as dots."""
+    import cv2
+
+    if det.mask_rle is not None and det.mask_size == canvas.shape[:2]:
+        mask = decode_mask(det.mask_rle, *det.mask_size)
+        canvas[mask] = (0.5 * canvas[mask] + 0.5 * np.array(color)).astype(np.uint8)
+    for point in det.keypoints or ():
+        if len(point) < 3 or point[2] > 0.5:
+            cv2.circle(canvas, (round(point[0]), round(point[1])), thickness + 2, color, cv2.FILLED)
+
+
 def draw_detections(image: np.ndarray, result: DetectionResult) -> np.ndarray:
-    """A BGR copy of `image` with one box and a `name score` label per detection."""
+    """A BGR copy of `image` with one box and a `name score` label per detection, plus its rotated box, mask
+    or keypoints when the ensemble serves a task with them."""
     import cv2
 
     canvas = image.copy()
@@ -30,7 +44,13 @@ def draw_detections(image: np.ndarray, result: DetectionResult) -> np.ndarray:
     for det in result:
         x1, y1, x2, y2 = (round(v) for v in det.box)
         color = _color(det.class_id)
-        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness)
+        if det.rotated_box is not None:  # the rotated box instead of its axis-aligned hull
+            (cx, cy, w, h, angle) = det.rotated_box
+            corners = cv2.boxPoints(((cx, cy), (w, h), float(np.degrees(angle))))
+            cv2.polylines(canvas, [np.round(corners).astype(np.int32)], True, color, thickness)
+        else:
+            cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness)
+        _draw_task(canvas, det, color, thickness)
         label = f"{det.class_name} {det.score:.2f}"
         (w, h), base = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
         top = y1 - h - base if y1 - h - base >= 0 else y1  # keep the label inside the image

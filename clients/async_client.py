@@ -27,6 +27,7 @@ from clients.errors import (
 from clients.images import ImageInput, image_bytes
 from clients.retry import DEFAULT_RETRY, RetryPolicy, acall_with_retries
 from clients.sync_client import DEFAULT_URL, check_timeout, locate
+from clients.tasks import requested_outputs
 from clients.tls import ca_options
 from clients.tracing import request_span
 
@@ -114,7 +115,7 @@ class AsyncDetectionClient:
 
     async def _detect_chunks(self, data: list[bytes], info: ModelInfo) -> list[DetectionResult]:
         chunks = split_batches(len(data), info.max_batch_size)
-        tasks = [asyncio.ensure_future(self._infer(data, c, len(chunks), info.batched)) for c in chunks]
+        tasks = [asyncio.ensure_future(self._infer(data, c, len(chunks), info)) for c in chunks]
         try:
             answers = await asyncio.gather(*tasks)
         finally:  # on the first failure, do not leave the other requests running unobserved
@@ -123,14 +124,15 @@ class AsyncDetectionClient:
         return [result for outputs in answers for result in decode_outputs(outputs, info)]
 
     async def _infer(
-        self, data: list[bytes], chunk: range, chunks: int, batched: bool
+        self, data: list[bytes], chunk: range, chunks: int, info: ModelInfo
     ) -> dict[str, np.ndarray]:
         images = data[chunk.start : chunk.stop]
         with request_span(self.model, self.endpoint.address, self.endpoint.protocol, len(images),
                           self._tracer_provider) as headers:
             try:
                 return await self._call(
-                    "inference", partial(self._transport.infer, self.model, images, batched, headers=headers)
+                    "inference", partial(self._transport.infer, self.model, images, info.batched, headers=headers,
+                                         outputs=requested_outputs(info.task))
                 )
             except InferenceError as exc:
                 raise locate(exc, chunk, chunks) from exc

@@ -25,6 +25,7 @@ from typing import Any
 from clients.detection import ModelInfo, model_info_from_config
 from clients.endpoint import Endpoint
 from clients.errors import ClientError, InferenceError, RestrictedApiError
+from clients.tasks import task_of_outputs
 from generator.serving.contract import (
     ADMIN_HEADER,
     GRPC_HEADER_PREFIX,
@@ -59,7 +60,8 @@ def info_from_metadata(name: str, metadata: Mapping[str, Any]) -> ModelInfo:
     shape = [int(d) for d in image.get("shape", [])]  # gRPC metadata spells dims as strings
     if shape not in ([-1, 1], [1]):
         raise ClientError(f"model {name!r}: input {IMAGE} has shape {shape}, expected [-1, 1] or [1]")
-    return ModelInfo(name=name, max_batch_size=None if shape[0] == -1 else 0, class_names=())
+    return ModelInfo(name=name, max_batch_size=None if shape[0] == -1 else 0, class_names=(),
+                     task=task_of_outputs(outputs))
 
 
 def info_from_answers(name: str, metadata: Mapping[str, Any], config: Mapping[str, Any] | None) -> ModelInfo:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from clients.errors import ClientError
+from clients.tasks import task_fields
 from generator.serving.contract import (
     BOXES,
     CLASS_NAMES_PARAMETER,
@@ -18,6 +19,7 @@ from generator.serving.contract import (
     NUM_DETECTIONS,
     OUTPUTS,
     SCORES,
+    TASK_PARAMETER,
 )
 
 OUTPUT_NAMES = OUTPUTS
@@ -32,13 +34,26 @@ class Detection:
     score: float
     class_id: int
     class_name: str
+    # Pose, OBB and segmentation ensembles (clients/tasks.py); None for a detection ensemble.
+    keypoints: tuple[tuple[float, ...], ...] | None = None  # K x (x, y[, visibility]) in original pixels
+    rotated_box: tuple[float, float, float, float, float] | None = None  # cx, cy, w, h, angle (radians)
+    mask_rle: bytes | None = None  # COCO compressed RLE of the mask at mask_size (column-major)
+    mask_size: tuple[int, int] | None = None  # (height, width) of the original image
 
     def as_dict(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.keypoints is not None:
+            extra["keypoints"] = [list(p) for p in self.keypoints]
+        if self.rotated_box is not None:
+            extra["rotated_box"] = list(self.rotated_box)
+        if self.mask_rle is not None:
+            extra["mask"] = {"size": list(self.mask_size or ()), "counts": self.mask_rle.decode("ascii")}
         return {
             "box": list(self.box),
             "score": self.score,
             "class_id": self.class_id,
             "class_name": self.class_name,
+            **extra,
         }
 
 
@@ -80,6 +95,7 @@ class ModelInfo:
     name: str
     max_batch_size: int | None
     class_names: tuple[str, ...]
+    task: str = "detect"  # the Ultralytics task the ensemble serves (contract.TASK_OUTPUTS)
 
     @property
     def batched(self) -> bool:
@@ -99,16 +115,17 @@ def model_info_from_config(name: str, config: Mapping[str, Any]) -> ModelInfo:
     if "config" in config and isinstance(config["config"], Mapping):
         config = config["config"]
     max_batch = int(config.get("max_batch_size", 0) or 0)
+    task = config.get("parameters", {}).get(TASK_PARAMETER, {}).get("string_value") or "detect"
     raw = config.get("parameters", {}).get(CLASS_NAMES_PARAMETER, {}).get("string_value")
     if raw is None:
-        return ModelInfo(name=name, max_batch_size=max_batch, class_names=())
+        return ModelInfo(name=name, max_batch_size=max_batch, class_names=(), task=task)
     try:
         names = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ClientError(f"model {name!r}: parameter class_names is not valid JSON ({exc.msg})") from None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ClientError(f"model {name!r}: parameter class_names must be a JSON list of strings")
-    return ModelInfo(name=name, max_batch_size=max_batch, class_names=tuple(names))
+    return ModelInfo(name=name, max_batch_size=max_batch, class_names=tuple(names), task=task)
 
 
 def decode_outputs(outputs: Mapping[str, np.ndarray], info: ModelInfo) -> list[DetectionResult]:
@@ -141,11 +158,13 @@ def decode_outputs(outputs: Mapping[str, np.ndarray], info: ModelInfo) -> list[D
         raise ClientError(
             f"model {info.name!r} returned num_detections {num.tolist()} outside [0, {max_det}]"
         )
-    return [_decode_one(int(n), boxes[i], scores[i], classes[i], info) for i, n in enumerate(num)]
+    return [_decode_one(int(n), boxes[i], scores[i], classes[i], info, task_fields(outputs, info.task, i, int(n)))
+            for i, n in enumerate(num)]
 
 
 def _decode_one(
-    count: int, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, info: ModelInfo
+    count: int, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, info: ModelInfo,
+    fields: list[dict[str, Any]],
 ) -> DetectionResult:
     detections = tuple(
         Detection(
@@ -153,6 +172,7 @@ def _decode_one(
             score=float(scores[k]),
             class_id=int(classes[k]),
             class_name=info.class_name(int(classes[k])),
+            **fields[k],
         )
         for k in range(count)
     )

@@ -25,6 +25,7 @@ from clients.errors import (
 )
 from clients.images import ImageInput, image_bytes
 from clients.retry import DEFAULT_RETRY, RetryPolicy, call_with_retries
+from clients.tasks import requested_outputs
 from clients.tls import ca_options
 from clients.tracing import request_span
 
@@ -146,7 +147,8 @@ class DetectionClient:
                               self._tracer_provider) as headers:
                 try:
                     outputs = self._call("inference", partial(
-                        self._transport.infer, self.model, images, info.batched, headers=headers))
+                        self._transport.infer, self.model, images, info.batched, headers=headers,
+                        outputs=requested_outputs(info.task)))
                 except InferenceError as exc:
                     raise locate(exc, chunk, len(chunks)) from exc
             results.extend(decode_outputs(outputs, info))

@@ -56,9 +56,11 @@ class InProcessPipeline:
 
     def __init__(self, onnx_path: Path, thresholds: Thresholds) -> None:
         from generator.model.onnx_inspect import inspect_onnx
+        from generator.model.tasks import require_detect
         from generator.serving.runner import OnnxRunner, usable_cores
 
         self.info = inspect_onnx(onnx_path)
+        require_detect(self.info.task, "the load test's in-process reference")
         self.thresholds = thresholds
         # One thread per core of this process's mask (0: OnnxRunner counts them), workers spinning.
         self.threads = usable_cores()

@@ -29,6 +29,7 @@ from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisatio
 from generator.builder.stages.graph.suffix import REDUCED_OUTPUT, REDUCED_ROWS, add_class_reduction
 from generator.builder.stages.provider_check_images import control_file, wants_check
 from generator.builder.stages.service_time import measure_service_time
+from generator.builder.tasks import require_served_task
 from generator.demo import DEMO_ONNX
 from generator.model.onnx_inspect import DetectorInfo, TensorInfo, inspect_onnx
 from generator.repository.admission_record import Admission
@@ -396,6 +397,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
 
         probe_builder()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
+    require_served_task(info, options)
     lowered = _lower_precision(onnx_path, onnx.load(str(onnx_path)), info, options, precision_transform)
     options = lowered.served
     gated, info_gated = _served_graph(lowered.model, info, options)

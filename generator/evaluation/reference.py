@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from generator.model.onnx_inspect import DetectorInfo, inspect_onnx
+from generator.model.tasks import require_detect
 from generator.serving.batch import prepare_batch, to_float_nchw
 from generator.serving.images import DEFAULT_LIMITS, ImageError, ImageLimits
 from generator.serving.nms import postprocess
@@ -42,6 +43,7 @@ class ReferencePipeline:
         # ``layout`` is the head layout that graph outputs when it differs (``v8_reduced``), default
         # ``info.layout``. It is never guessed from the shape: [N, 6, A] is also a two-class v8 head.
         self.info = info or inspect_onnx(Path(onnx_path), image_size)
+        require_detect(self.info.task, "the reference pipeline (validate, the accuracy gate, selftest)")
         self.layout = layout or self.info.layout
         self._runner = OnnxRunner(str(onnx_path))
         self._takes_uint8 = self._runner.input_type == "tensor(uint8)"

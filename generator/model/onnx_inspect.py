@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,42 +11,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from generator.errors import ModelInspectionError
+from generator.model.tasks import TASK_LAYOUTS, task_classes, task_head, task_of
+from generator.model.tensors import TensorInfo
 
-# ONNX element type -> Triton data type name.
-TRITON_DTYPES: dict[int, str] = {
-    TensorProto.FLOAT: "TYPE_FP32",
-    TensorProto.FLOAT16: "TYPE_FP16",
-    TensorProto.UINT8: "TYPE_UINT8",
-    TensorProto.INT8: "TYPE_INT8",
-    TensorProto.INT32: "TYPE_INT32",
-    TensorProto.INT64: "TYPE_INT64",
-    TensorProto.BFLOAT16: "TYPE_BF16",
-}
 SUPPORTED_INPUT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
-SUPPORTED_HEADS = ("detection heads: [N, 4+nc, anchors] (YOLOv5u, v8, v9, 11, 12), [N, anchors, 5+nc] (YOLOv5) "
-                   "and [N, K, 6] (NMS-free YOLOv10, YOLO26)")
-# Ultralytics' metadata ``task`` of the heads the ensemble cannot serve, and what their outputs carry.
-OTHER_TASKS = {
-    "pose": "a pose head (boxes plus keypoints per anchor)",
-    "segment": "a segmentation head (boxes plus mask coefficients, and a second output of mask prototypes)",
-    "obb": "an oriented-box head (boxes plus a rotation angle per anchor)",
-    "classify": "a classification head (one score per class for the whole image, no boxes)",
-}
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    elem_type: int
-    shape: tuple[int | str, ...]  # ints are fixed sizes, strings are symbolic (dynamic) axes
-
-    @property
-    def triton_dtype(self) -> str:
-        return TRITON_DTYPES[self.elem_type]
-
-    @property
-    def numpy_dtype(self) -> str:
-        return helper.tensor_dtype_to_np_dtype(self.elem_type).name
 
 
 @dataclass(frozen=True)
@@ -62,6 +31,9 @@ class DetectorInfo:
     static_batch: int | None  # None when the batch axis is dynamic
     opset: int
     metadata: dict[str, str]
+    task: str = "detect"  # Ultralytics' task (generator.model.tasks): detect, segment, pose, obb, classify
+    protos: TensorInfo | None = None  # segment: the mask prototypes output
+    kpt_shape: tuple[int, int] | None = None  # pose: (keypoints, values per keypoint)
 
 
 def _tensor_info(value: onnx.ValueInfoProto) -> TensorInfo:
@@ -133,40 +105,9 @@ def detect_layout(output: TensorInfo, num_classes: int | None, end2end: bool) ->
     expected = f" for {num_classes} classes" if num_classes is not None else ""
     raise ModelInspectionError(
         f"cannot recognise the detection head of output '{output.name}' with shape {list(output.shape)}{expected}; "
-        "expected [N, 4+nc, anchors] (YOLOv8/11), [N, anchors, 5+nc] (YOLOv5) or [N, K, 6] (end-to-end). "
-        "Segmentation, pose and OBB heads are not supported."
+        "expected [N, 4+nc, anchors] (YOLOv8/11), [N, anchors, 5+nc] (YOLOv5) or [N, K, 6] (end-to-end); "
+        "a segmentation, pose or OBB export is recognised by its Ultralytics 'task' metadata"
     )
-
-
-def refuse_other_heads(metadata: dict[str, str], outputs: list[TensorInfo]) -> None:
-    """Name the head of a pose, segmentation, OBB or classification export and say what is served instead.
-
-    Ultralytics writes the task into the metadata; without it, a second output (segmentation) or a 2-D
-    output (classification) gives the head away. Pose and OBB heads look like a v8 head with extra rows and
-    are caught by the class count (``names``) in :func:`detect_layout`.
-    """
-    task = metadata.get("task")
-    head = metadata.get("head")
-    if task in OTHER_TASKS:
-        named = f" '{head}'" if head else ""
-        raise ModelInspectionError(
-            f"the ONNX is {OTHER_TASKS[task]} (Ultralytics task '{task}', head{named or ' unnamed'}); "
-            f"the ensemble serves {SUPPORTED_HEADS}: export the detection model of the family "
-            "(yolo11n.pt, not yolo11n-pose.pt)"
-        )
-    if task not in (None, "detect"):
-        raise ModelInspectionError(f"the ONNX metadata says task '{task}'; only 'detect' models are supported "
-                                   f"({SUPPORTED_HEADS})")
-    if len(outputs) == 2 and any(len(o.shape) == 4 for o in outputs):
-        raise ModelInspectionError(
-            f"the ONNX has two outputs {[o.name for o in outputs]}, one of them 4-D: {OTHER_TASKS['segment']}; "
-            f"the ensemble serves {SUPPORTED_HEADS}"
-        )
-    if len(outputs) == 1 and len(outputs[0].shape) == 2:
-        raise ModelInspectionError(
-            f"output '{outputs[0].name}' has shape {list(outputs[0].shape)}: {OTHER_TASKS['classify']}; "
-            f"the ensemble serves {SUPPORTED_HEADS}"
-        )
 
 
 def _resolve_output_dims(path: Path, model_input: TensorInfo, output: TensorInfo,
@@ -215,7 +156,8 @@ def _refuse_engine(path: Path) -> None:
 
 
 def inspect_onnx(path: Path, image_size: tuple[int, int] | None = None) -> DetectorInfo:
-    """Load, check and describe a detector ONNX; raise ``ModelInspectionError`` with a fix if unsupported."""
+    """Load, check and describe a YOLO ONNX of any Ultralytics task; raise ``ModelInspectionError`` with a fix
+    if unsupported. Which tasks a build serves is the builder's decision (``generator.builder.tasks``)."""
     if not path.is_file():
         raise ModelInspectionError(f"ONNX file not found: {path}")
     _refuse_engine(path)
@@ -239,21 +181,20 @@ def inspect_onnx(path: Path, image_size: tuple[int, int] | None = None) -> Detec
     if model_input.elem_type not in SUPPORTED_INPUT_TYPES:
         raise ModelInspectionError(f"input '{model_input.name}' must be float32 or float16")
     metadata = {p.key: p.value for p in model.metadata_props}
-    refuse_other_heads(metadata, outputs)
-    if len(outputs) != 1:
-        raise ModelInspectionError(
-            f"expected one detection output, found {len(outputs)}: {[o.name for o in outputs]} "
-            "(segmentation models have two; export a detection model)"
-        )
-    (output,) = outputs
-    if output.elem_type not in SUPPORTED_INPUT_TYPES:
-        raise ModelInspectionError(f"output '{output.name}' must be float32 or float16")
-
-    names = _class_names(metadata)
-    end2end = str(metadata.get("end2end", "")).lower() == "true"
     size = _image_size(metadata, model_input, image_size)
-    output = _resolve_output_dims(path, model_input, output, size)
-    layout, num_classes = detect_layout(output, len(names) if names else None, end2end)
+    names = _class_names(metadata)
+    task = task_of(metadata, outputs)
+    head = task_head(task, metadata, outputs)
+    for output in (head.output, head.protos):
+        if output is not None and output.elem_type not in SUPPORTED_INPUT_TYPES:
+            raise ModelInspectionError(f"output '{output.name}' must be float32 or float16")
+    output = _resolve_output_dims(path, model_input, head.output, size)
+    if task == "detect":
+        end2end = str(metadata.get("end2end", "")).lower() == "true"
+        layout, num_classes = detect_layout(output, len(names) if names else None, end2end)
+    else:
+        layout, num_classes = TASK_LAYOUTS[task], task_classes(dataclasses.replace(head, output=output),
+                                                               len(names) if names else None)
     if names is None:
         names = tuple(f"class_{i}" for i in range(num_classes))
     batch = model_input.shape[0]
@@ -269,4 +210,7 @@ def inspect_onnx(path: Path, image_size: tuple[int, int] | None = None) -> Detec
         static_batch=batch if isinstance(batch, int) else None,
         opset=opset,
         metadata=metadata,
+        task=task,
+        protos=head.protos,
+        kpt_shape=head.kpt_shape,
     )

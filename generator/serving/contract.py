@@ -19,6 +19,31 @@ CLASSES = "detection_classes"  # INT32 [max_det]
 OUTPUTS = (NUM_DETECTIONS, BOXES, SCORES, CLASSES)
 OUTPUT_DATATYPES = {NUM_DETECTIONS: "INT32", BOXES: "FP32", SCORES: "FP32", CLASSES: "INT32"}
 
+# Ultralytics tasks (the export's metadata ``task``) and what each adds to the four outputs above; rows past
+# num_detections are zero like theirs (masks: empty strings). ``detection_boxes`` stays the axis-aligned box of
+# every detection (obb: the rotated box's bounding box), so a detection client reads any of them.
+TASKS = ("detect", "segment", "pose", "obb", "classify")
+KEYPOINTS = "detection_keypoints"  # pose: FP32 [max_det, K, D] (the export's kpt_shape), x, y in source pixels
+# (clipped to the image), then the visibility probability when D = 3
+ROTATED_BOXES = "detection_rotated_boxes"  # obb: FP32 [max_det, 5], cx, cy, w, h in source pixels (unclipped), the
+# angle in radians as the head gives it, in [-pi/4, 3pi/4) (Ultralytics predict's xywhr)
+MASKS = "detection_masks"  # segment: BYTES [max_det], one COCO compressed RLE ("counts") of the
+# source-sized mask per detection, column-major as pycocotools; size is [source_height, source_width]
+MASK_SIZE = "mask_size"  # segment: INT32 [2], the masks' height and width (the source image's)
+# classify has no detections: the top-k classes by probability, best first (k = min(--top-k, nc)).
+TOP_CLASSES = "top_classes"  # INT32 [top_k]
+TOP_SCORES = "top_scores"  # FP32 [top_k], the softmax probabilities the export ends with
+TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "detect": OUTPUTS,
+    "segment": (*OUTPUTS, MASKS, MASK_SIZE),
+    "pose": (*OUTPUTS, KEYPOINTS),
+    "obb": (*OUTPUTS, ROTATED_BOXES),
+    "classify": (TOP_CLASSES, TOP_SCORES),
+}
+TASK_OUTPUT_DATATYPES = {**OUTPUT_DATATYPES, KEYPOINTS: "FP32", ROTATED_BOXES: "FP32", MASKS: "BYTES",
+                         MASK_SIZE: "INT32", TOP_CLASSES: "INT32", TOP_SCORES: "FP32"}
+TASK_PARAMETER = "task"  # ensemble and post-processing step: the task the ensemble serves (absent: detect)
+
 # Between the steps: the letterboxed batch, and how each image was placed into it.
 PREPROCESSED = "PREPROCESSED"  # uint8 [H, W, 3] BGR (normalised in the graph) or float [3, H, W] RGB /255
 LETTERBOX = "LETTERBOX"  # FP32 [6], the fields below

@@ -57,3 +57,25 @@ def test_annotate_rejects_undecodable_bytes(tmp_path):
     with pytest.raises(ClientError, match="cannot decode"):
         annotate_image(b"", RESULT, tmp_path / "x.png")
     assert not list(tmp_path.iterdir())
+
+
+def test_each_task_draws_what_it_returned():
+    image = np.full((160, 200, 3), 128, np.uint8)
+    mask = np.zeros((160, 200), dtype=bool)
+    mask[100:140, 150:190] = True
+    from generator.serving.masks import encode_counts, run_lengths
+
+    result = DetectionResult((
+        Detection(box=(20.0, 20.0, 60.0, 60.0), score=0.9, class_id=0, class_name="person",
+                  keypoints=((40.0, 40.0, 0.9), (10.0, 150.0, 0.1))),
+        Detection(box=(79.0, 27.0, 141.0, 73.0), score=0.8, class_id=1, class_name="ship",
+                  rotated_box=(110.0, 50.0, 60.0, 20.0, 0.5)),
+        Detection(box=(150.0, 100.0, 190.0, 140.0), score=0.7, class_id=2, class_name="cup",
+                  mask_rle=encode_counts(run_lengths(mask)), mask_size=(160, 200)),
+    ))
+    out = draw_detections(image, result)
+    assert (out[40, 40] != 128).any()  # the visible keypoint
+    assert (out[150, 10] == 128).all()  # the occluded one is not drawn
+    assert (out[72, 140] == 128).all()  # the rotated box is drawn instead of its hull (a corner of which)
+    assert (out[63:66, 135:138] != 128).any()  # about the middle of an edge of the turned box
+    assert (out[120, 170] != 128).all() and (out[120, 145] == 128).all()  # the mask is tinted in, not beside it

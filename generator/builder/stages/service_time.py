@@ -57,8 +57,8 @@ def _frame() -> bytes:
 def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions,
                 frames: list[bytes]) -> dict[str, float]:
     from generator.serving.batch import prepare_batch, to_float_nchw
-    from generator.serving.nms import postprocess
     from generator.serving.runner import OnnxRunner, session_threads
+    from generator.serving.tasks import HeadSpec, postprocess_task
 
     def preprocess() -> tuple[np.ndarray, np.ndarray]:
         batch = prepare_batch(frames, info.image_size, reduced_decode=options.reduced_decode)
@@ -75,10 +75,13 @@ def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptio
         onnx.save(served, str(path))
         runner = OnnxRunner(str(path), session_threads(options.detector_thread_setting, options.detector_instances),
                             spin_wait=options.detector_spinning)
-        raw = runner.run(images)[runner.output_names.index(info.output.name)]  # also the warm-up run
+        outputs = runner.run(images)  # also the warm-up run
+        raw = outputs[runner.output_names.index(info.output.name)]
+        protos = outputs[runner.output_names.index(info.protos.name)] if info.protos else None
         steps["detector"] = _median_ms(lambda: runner.run(images))
-    steps["nms"] = _median_ms(lambda: postprocess(raw, info.layout, letterbox, options.conf_threshold,
-                                                  options.iou_threshold, options.max_detections))
+    spec = HeadSpec(info.layout, info.num_classes, info.kpt_shape)
+    steps["nms"] = _median_ms(lambda: postprocess_task(raw, spec, letterbox, options.conf_threshold,
+                                                       options.iou_threshold, options.max_detections, protos))
     return steps
 
 

@@ -1,4 +1,4 @@
-"""Triton model: decode the detection head and run NMS for all queued requests at once."""
+"""Triton model: decode the head (detection, pose or OBB) and run NMS for all queued requests at once."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ from typing import Any
 
 from ensemble_common import StepMetrics, counted, failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.contract import BOXES, CLASSES, LETTERBOX, NUM_DETECTIONS, SCORES
-from ensemble_pipeline.nms import postprocess
+from ensemble_pipeline.tasks import head_spec, postprocess_task
 from ensemble_pipeline.telemetry import nms_series, output_counts
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         params = parameters(args)
-        self.layout = params["layout"]
+        self.spec = head_spec(params)  # the layout, and for a pose or OBB head how to split it
         self.raw_name = params["raw_output"]
+        self.protos_name = params.get("protos_input")  # a segmentation head's mask prototypes
         self.conf = float(params["conf_threshold"])
         self.iou = float(params["iou_threshold"])
         self.max_det = int(params["max_detections"])
@@ -24,7 +25,9 @@ class TritonPythonModel:
         try:
             raw, sizes = stack_inputs(requests, self.raw_name)
             letterbox, _ = stack_inputs(requests, LETTERBOX)
-            out = postprocess(raw, self.layout, letterbox, self.conf, self.iou, self.max_det)
+            protos = stack_inputs(requests, self.protos_name)[0] if self.protos_name else None
+            found = postprocess_task(raw, self.spec, letterbox, self.conf, self.iou, self.max_det, protos)
+            out = found.detections
             keep = counted(requests, sizes)
             if keep is None:
                 self.telemetry.add(output_counts(out.num_detections, out.scores, self.max_det))
@@ -35,6 +38,7 @@ class TritonPythonModel:
                 BOXES: out.boxes,
                 SCORES: out.scores,
                 CLASSES: out.classes,
+                **found.extras,
             }, sizes)
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "nms", exc)

@@ -106,22 +106,47 @@ def test_imgsz_override_must_match_a_fixed_input(tmp_path: Path) -> None:
         inspect_onnx(path, image_size=(640, 640))
 
 
-def test_two_outputs_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ModelInspectionError, match=r"two outputs \['output0', 'output1'\], one of them 4-D: a "
-                       "segmentation head"):
+def test_two_outputs_whose_head_leaves_no_classes_are_refused(tmp_path: Path) -> None:
+    """Two outputs, one 4-D, read as a segmentation export; a head too small for its 6 coefficients is named."""
+    with pytest.raises(ModelInspectionError, match=r"output 'output0' has shape \[1, 6, 64\]; a segment head is "
+                       r"\[N, 4\+nc\+6, anchors\] with nc >= 1"):
         inspect_onnx(write(tmp_path, make_seg_model()))
 
 
-def test_wrong_output_rank_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ModelInspectionError, match=r"output 'output0' has shape \[1, 384\]: a classification head"):
-        inspect_onnx(write(tmp_path, make_bad_rank_model()))
+def test_a_2d_output_reads_as_a_classifier(tmp_path: Path) -> None:
+    info = inspect_onnx(write(tmp_path, make_bad_rank_model()))
+    assert (info.task, info.layout, info.num_classes) == ("classify", "classify", 384)
 
 
-def test_segment_task_is_refused(tmp_path: Path) -> None:
+def test_segment_task_with_one_output_is_refused(tmp_path: Path) -> None:
     model = make_detector(metadata=ultralytics_metadata(task="segment"))
-    with pytest.raises(ModelInspectionError, match=r"a segmentation head .* task 'segment'.*; the ensemble serves "
-                       "detection heads"):
+    with pytest.raises(ModelInspectionError, match=r"a segmentation export has two outputs, .*; this one has "
+                       r"\['output0'\]"):
         inspect_onnx(write(tmp_path, model))
+
+
+def test_an_unknown_task_is_refused_naming_the_served_ones(tmp_path: Path) -> None:
+    model = make_detector(metadata=ultralytics_metadata(task="depth"))
+    with pytest.raises(ModelInspectionError, match="task 'depth'; the ensemble serves the Ultralytics tasks "
+                       "detect, segment, pose, obb, classify"):
+        inspect_onnx(write(tmp_path, model))
+
+
+def test_pose_without_kpt_shape_is_refused(tmp_path: Path) -> None:
+    model = make_detector(num_classes=5, metadata=ultralytics_metadata(names=("person",), task="pose"))
+    with pytest.raises(ModelInspectionError, match="a pose export needs the 'kpt_shape' metadata"):
+        inspect_onnx(write(tmp_path, model))
+
+
+def test_pose_head_is_split_by_kpt_shape_and_checked_against_the_names(tmp_path: Path) -> None:
+    # 4 box rows + 1 class + 2 keypoints x 2 values: a 9-row head (the factory's "v8" head of 5 classes).
+    meta = ultralytics_metadata(names=("person",), task="pose", kpt_shape="[2, 2]")
+    info = inspect_onnx(write(tmp_path, make_detector(num_classes=5, metadata=meta)))
+    assert (info.task, info.layout, info.num_classes, info.kpt_shape) == ("pose", "pose", 1, (2, 2))
+    meta = ultralytics_metadata(names=("a", "b"), task="pose", kpt_shape="[2, 2]")
+    with pytest.raises(ModelInspectionError, match=r"the metadata names 2 classes but the pose head 'output0' "
+                       r"\['batch', 9, 64\] carries 1"):
+        inspect_onnx(write(tmp_path, make_detector(num_classes=5, metadata=meta), "two.onnx"))
 
 
 def test_integer_input_is_refused(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Real Ultralytics exports of the heads the ensemble cannot serve are refused at inspection, by name.
+"""Real Ultralytics exports of every task head are recognised at inspection; a build refuses the tasks it does not
+serve, by name.
 
 The exports are yolo11n's pose, segmentation, OBB and classification models from the packaged YAMLs
 (``tests/fixtures/ultralytics``); the detection families themselves are the family matrix
@@ -12,37 +13,49 @@ from pathlib import Path
 import onnx
 import pytest
 
+from generator.builder.spec.options import BuildOptions, SpecError
+from generator.builder.tasks import require_served_task
 from generator.errors import ModelInspectionError
 from generator.model.onnx_inspect import inspect_onnx
 from tests.fixtures import ultralytics as fixtures
 
+# fixture -> (task, layout, head shape, extra output shape, kpt_shape) as Ultralytics exports them at 320x320.
 HEADS = {
-    "pose": "a pose head .*task 'pose', head 'Pose'",
-    "seg": "a segmentation head .*task 'segment', head 'Segment'",
-    "obb": "an oriented-box head .*task 'obb', head 'OBB'",
-    "classify": "a classification head .*task 'classify', head 'Classify'",
+    "pose": ("pose", "pose", (1, 4 + 80 + 17 * 3, 2100), None, (17, 3)),
+    "seg": ("segment", "segment", (1, 4 + 80 + 32, 2100), (1, 32, 80, 80), None),
+    "obb": ("obb", "obb", (1, 4 + 80 + 1, 2100), None, None),
+    "classify": ("classify", "classify", (1, 1000), None, None),
 }
 
 
-@pytest.mark.parametrize("head", fixtures.REFUSED_HEADS)
-def test_other_heads_are_refused_naming_the_head_and_what_is_served(head: str, tmp_path: Path) -> None:
-    path = fixtures.write(f"{head}-static", tmp_path)
-    with pytest.raises(ModelInspectionError, match=HEADS[head]) as caught:
-        inspect_onnx(path)
-    assert "the ensemble serves detection heads" in str(caught.value)
-    assert "[N, K, 6] (NMS-free YOLOv10, YOLO26)" in str(caught.value)
+@pytest.mark.parametrize("head", fixtures.TASK_HEADS)
+def test_every_task_head_is_recognised_from_its_metadata_and_outputs(head: str, tmp_path: Path) -> None:
+    info = inspect_onnx(fixtures.write(f"{head}-static", tmp_path))
+    task, layout, shape, protos, kpt_shape = HEADS[head]
+    assert (info.task, info.layout, info.output.shape, info.kpt_shape) == (task, layout, shape, kpt_shape)
+    assert (info.protos.shape if info.protos else None) == protos
+    assert info.num_classes == (1000 if head == "classify" else 80) == len(info.class_names)
+    assert info.image_size == (320, 320) and info.static_batch == 1
 
 
 @pytest.mark.parametrize("head", ["seg", "classify"])
 def test_heads_are_recognised_without_the_ultralytics_metadata(head: str, tmp_path: Path) -> None:
-    """A graph whose metadata was stripped (onnxsim, a converter) still names its head from its outputs."""
+    """A graph whose metadata was stripped (onnxsim, a converter) still names its task from its outputs."""
     model = fixtures.load(f"{head}-static")
     del model.metadata_props[:]
     path = tmp_path / "stripped.onnx"
     onnx.save(model, str(path))
-    expected = {"seg": "two outputs .* a segmentation head", "classify": "a classification head"}[head]
-    with pytest.raises(ModelInspectionError, match=expected):
-        inspect_onnx(path)
+    info = inspect_onnx(path)
+    assert info.task == HEADS[head][0]
+    assert info.class_names[:2] == ("class_0", "class_1")
+
+
+@pytest.mark.parametrize("head", fixtures.UNSERVED_HEADS)
+def test_a_build_refuses_a_task_it_does_not_serve_by_name(head: str, tmp_path: Path) -> None:
+    info = inspect_onnx(fixtures.write(f"{head}-static", tmp_path))
+    with pytest.raises(ModelInspectionError, match=rf"is an Ultralytics '{HEADS[head][0]}' export \(head "
+                       rf"'.+', output \[.+\]\); the ensemble serves the tasks detect"):
+        require_served_task(info)
 
 
 @pytest.mark.parametrize("family", fixtures.FAMILIES)
@@ -52,3 +65,24 @@ def test_every_detection_family_is_recognised(family: str, tmp_path: Path) -> No
         expected = "end2end" if family in ("yolov10", "yolo26") else "v8"
         assert (info.layout, info.num_classes, info.image_size) == (expected, 80, (320, 320))
         assert info.static_batch == (1 if mode == "static" else None)
+
+
+@pytest.mark.parametrize(("head", "options", "message"), [
+    ("pose", BuildOptions(nms_in_graph=True), "--nms-in-graph builds ONNX NonMaxSuppression for detection heads"),
+    ("obb", BuildOptions(precision="fp16"), "--precision fp16: the accuracy gate compares detection heads"),
+    ("seg", BuildOptions(target="tensorrt"), "--target tensorrt binds one detector output"),
+])
+def test_a_served_task_refuses_the_options_its_step_cannot_honour(head: str, options: BuildOptions, message: str,
+                                                                   tmp_path: Path) -> None:
+    info = inspect_onnx(fixtures.write(f"{head}-static", tmp_path))
+    with pytest.raises(SpecError, match=message):
+        require_served_task(info, options)
+    require_served_task(info, BuildOptions())  # the defaults serve it
+
+
+def test_box_measurements_refuse_a_task_export_by_name(tmp_path: Path) -> None:
+    from generator.evaluation.reference import ReferencePipeline
+
+    with pytest.raises(ModelInspectionError, match=r"the reference pipeline .* measures detection boxes; this is an "
+                       r"Ultralytics 'pose' export"):
+        ReferencePipeline(fixtures.write("pose-static", tmp_path))

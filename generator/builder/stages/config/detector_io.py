@@ -46,6 +46,7 @@ class DetectorIO:
     input: ConfigTensor
     output: ConfigTensor
     warmup: Warmup | None = None
+    protos: ConfigTensor | None = None  # a segmentation head's second output, the mask prototypes
 
     @property
     def item_input_dims(self) -> tuple[int, ...]:
@@ -56,6 +57,13 @@ class DetectorIO:
     def item_output_dims(self) -> tuple[int, ...]:
         """Dims of one image's head: what the NMS step receives per batch item."""
         return self.output.dims if self.max_batch_size else self.output.dims[1:]
+
+    @property
+    def item_protos_dims(self) -> tuple[int, ...]:
+        """Dims of one image's mask prototypes (segmentation heads only)."""
+        if self.protos is None:
+            raise ConfigError("the detector has no mask prototypes output")
+        return self.protos.dims if self.max_batch_size else self.protos.dims[1:]
 
 
 def image_layout(options: BuildOptions) -> ImageLayout:
@@ -91,8 +99,9 @@ def _shape(info_shape: tuple[int | str, ...]) -> tuple[int, ...]:
 
 def declared_io(info: DetectorInfo) -> ModelIO:
     """The served graph's I/O as its ONNX declares it (symbolic dims as -1)."""
+    outputs = [info.output] if info.protos is None else [info.output, info.protos]
     return ModelIO((ModelTensor(info.input.name, info.input.triton_dtype, _shape(info.input.shape)),),
-                   (ModelTensor(info.output.name, info.output.triton_dtype, _shape(info.output.shape)),))
+                   tuple(ModelTensor(o.name, o.triton_dtype, _shape(o.shape)) for o in outputs))
 
 
 def detector_io(io: ModelIO, info: DetectorInfo, options: BuildOptions) -> DetectorIO:
@@ -103,13 +112,13 @@ def detector_io(io: ModelIO, info: DetectorInfo, options: BuildOptions) -> Detec
     ensemble then takes one image per request), a larger static batch is refused. The embedded runner
     cuts and pads batches to a static size itself, so it always batches.
     """
-    (model_input,), (model_output,) = io.inputs, io.outputs
+    (model_input,) = io.inputs
+    model_output, protos = _head_outputs(io, info)
     batch = model_input.shape[0]
     if options.target == "embedded" or batch == -1:
         max_batch = options.max_batch
-        input_dims, output_dims = model_input.shape[1:], model_output.shape[1:]
     elif batch == 1:
-        max_batch, input_dims, output_dims = 0, model_input.shape, model_output.shape
+        max_batch = 0
     else:
         raise ConfigError(
             f"the ONNX has a fixed batch of {batch}, which Triton's {options.target} backend can only run with "
@@ -120,9 +129,21 @@ def detector_io(io: ModelIO, info: DetectorInfo, options: BuildOptions) -> Detec
         item = item_image_dims(layout, info.image_size)
         dims = item if max_batch else (1, *item)
         warmup = Warmup(WARMUP_FILE, dims, warmup_image(info.image_size, layout, model_input.data_type))
-    return DetectorIO(
-        max_batch_size=max_batch,
-        input=ConfigTensor(model_input.name, model_input.data_type, tuple(input_dims)),
-        output=ConfigTensor(model_output.name, model_output.data_type, tuple(output_dims)),
-        warmup=warmup,
-    )
+
+    def config(tensor: ModelTensor) -> ConfigTensor:
+        return ConfigTensor(tensor.name, tensor.data_type, tuple(tensor.shape[1:] if max_batch else tensor.shape))
+
+    return DetectorIO(max_batch_size=max_batch, input=config(model_input), output=config(model_output),
+                      warmup=warmup, protos=config(protos) if protos else None)
+
+
+def _head_outputs(io: ModelIO, info: DetectorInfo) -> tuple[ModelTensor, ModelTensor | None]:
+    """The head output and, for a segmentation head, the prototypes output, by the names inspection found."""
+    if info.protos is None:
+        (model_output,) = io.outputs
+        return model_output, None
+    head, protos = io.output(info.output.name), io.output(info.protos.name)
+    if head is None or protos is None or len(io.outputs) != 2:
+        raise ConfigError(f"the served segmentation graph has outputs {[o.name for o in io.outputs]}; expected "
+                          f"'{info.output.name}' and '{info.protos.name}'")
+    return head, protos

@@ -19,6 +19,11 @@ from generator.builder.stages.config.detector_io import (
     item_image_dims,
 )
 from generator.builder.stages.config.load_rules import check_ensemble_wiring, parse
+from generator.builder.stages.config.task_io import (
+    task_ensemble_parameters,
+    task_outputs,
+    task_step_parameters,
+)
 from generator.errors import ConfigError
 from generator.model.onnx_inspect import DetectorInfo
 from generator.repository.admission_record import Admission
@@ -152,6 +157,7 @@ def _detector_context(io: DetectorIO, options: BuildOptions, parameters: dict[st
         "output_name": io.output.name,
         "output_dtype": io.output.data_type,
         "output_dims": list(io.output.dims),
+        "protos": io.protos,
         "instances": options.detector_instances,
         "instance_kind": kind,
         "cuda_graphs": cuda_graphs,
@@ -207,13 +213,17 @@ def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, para
         "raw_name": io.output.name,
         "raw_dtype": io.output.data_type,
         "raw_dims": list(io.item_output_dims),
+        "protos": {"name": io.protos.name, "data_type": io.protos.data_type, "dims": list(io.item_protos_dims)}
+        if io.protos else None,
         "max_detections": options.max_detections,
+        "task_outputs": task_outputs(info, options.max_detections),
         "instances": options.nms_instances,
         "parameters": {
             "layout": info.layout,
             "conf_threshold": repr(options.conf_threshold),
             "iou_threshold": repr(options.iou_threshold),
             "max_detections": str(options.max_detections),
+            **task_step_parameters(info),
             **parameters,
         },
     }
@@ -302,12 +312,15 @@ def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: Build
         name=options.name,
         max_batch_size=max_batch,
         max_detections=options.max_detections,
+        task_outputs=task_outputs(info, options.max_detections),
         preprocess=names["preprocess"],
         detector=names["detector"],
         nms=names["nms"],
         detector_input=io.input.name,
         detector_output=io.output.name,
-        parameters={contract.CLASS_NAMES_PARAMETER: json.dumps(list(info.class_names)), **parameters},
+        protos=io.protos.name if io.protos else None,
+        parameters={contract.CLASS_NAMES_PARAMETER: json.dumps(list(info.class_names)),
+                    **task_ensemble_parameters(info), **parameters},
         version=version,
         step_version=-1 if version is None else version,
     )

@@ -92,7 +92,7 @@ def test_the_pipeline_holds_what_it_finishes_within_the_budget(batch_ms: float) 
 def test_the_limit_is_recorded_with_the_admission_and_read_back() -> None:
     from generator.builder.spec.options import BuildOptions
     from generator.builder.stages.admission import build_admission
-    from generator.repository.admission import Admission
+    from generator.repository.admission_record import Admission
 
     admission = build_admission(BuildOptions(max_queue_ms=1000, service_ms=100), None)
     assert admission.max_in_flight == in_flight_limit(1000, 8, 100) == 32

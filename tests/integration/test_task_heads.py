@@ -1,0 +1,170 @@
+"""Pose, OBB and segmentation exports built with the defaults and served by the real embedded Triton return what Ultralytics'
+own predict returns on the same ONNX and the same images.
+
+The exports are yolo11n-pose and yolo11n-obb from the packaged YAMLs (``tests/fixtures/ultralytics``, refilled so
+that the synthetic scenes give detections: a comparison of two empty outputs would prove nothing, and the test
+asserts there are some). What predict returned is recorded by ``tests/fixtures/ultralytics/predict.py`` in the
+Ultralytics environment (CI has none); the test first checks that the fixture and the scene pixels are those the
+record was made from. Tolerances are the issue's: boxes and keypoints within 1 px, rotated boxes within 1 px and 1
+degree, masks (at the source size, RLE) at an IoU of 0.95 or more, classes equal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from clients import DetectionClient
+from clients.rle import decode_mask
+from generator.builder.pipeline import build_repository
+from generator.builder.spec.options import BuildOptions
+from generator.server.embedded import EmbeddedServer
+from generator.server.ports import free_port
+from generator.serving.contract import IMAGE, KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES, TASK_OUTPUTS
+from generator.synthetic import encode
+from tests.fixtures import ultralytics as fixtures
+from tests.fixtures.ultralytics.predict import (
+    PREDICTIONS,
+    TASK_FIXTURES,
+    digest,
+    fixture_digest,
+    recorded_predictions,
+    runs_to_mask,
+    scene_images,
+)
+
+pytestmark = pytest.mark.integration
+PIXEL_TOLERANCE = 1.0
+ANGLE_TOLERANCE = math.radians(1.0)
+MASK_IOU = 0.95
+SCORE_TOLERANCE = 1e-3  # two ONNX Runtime builds (the project's, Ultralytics' environment's) on the same graph
+
+
+def model_name(key: str) -> str:
+    return key.replace("-", "_")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    root = tmp_path_factory.mktemp("tasks")
+    repositories = []
+    for key in TASK_FIXTURES:
+        repository = root / f"repo-{key}"
+        build_repository(fixtures.write(key, root / "onnx"), repository, BuildOptions(name=model_name(key)))
+        repositories.append(repository)
+    with EmbeddedServer(repositories[0], free_port(), free_port(), free_port(), log_file=root / "tritonserver.log",
+                        extra_args=tuple(f"--model-repository={r}" for r in repositories[1:])) as running:
+        yield running
+
+
+def served(server: EmbeddedServer, key: str, image: bytes) -> dict[str, np.ndarray]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput(IMAGE, [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([image], dtype=object).reshape(1, 1))
+    names = TASK_OUTPUTS[TASK_FIXTURES[key]]
+    result = client.infer(model_name(key), [tensor], outputs=[grpcclient.InferRequestedOutput(n) for n in names])
+    return {name: result.as_numpy(name)[0] for name in names}
+
+
+def recorded(key: str) -> dict[str, object]:
+    entry = recorded_predictions()["models"][key]
+    assert entry["fixture_sha256"] == fixture_digest(key), (
+        f"{PREDICTIONS.name} was recorded from another {key} fixture: run tests/fixtures/ultralytics/predict.py")
+    return entry
+
+
+def _same_detections(got: dict[str, np.ndarray], expected: dict[str, list], task: str) -> int:
+    count = int(got["num_detections"][0])
+    assert count == len(expected["scores"])
+    np.testing.assert_array_equal(got["detection_classes"][:count], expected["classes"])
+    np.testing.assert_allclose(got["detection_scores"][:count], expected["scores"], atol=SCORE_TOLERANCE)
+    assert not got["detection_scores"][count:].any()  # padding is zero
+    if task == "pose":
+        np.testing.assert_allclose(got["detection_boxes"][:count], np.reshape(expected["boxes"], (-1, 4)),
+                                   atol=PIXEL_TOLERANCE)
+        points, want = got[KEYPOINTS][:count], np.reshape(expected["keypoints"], (count, 17, 3))
+        np.testing.assert_allclose(points[..., :2], want[..., :2], atol=PIXEL_TOLERANCE)
+        np.testing.assert_allclose(points[..., 2], want[..., 2], atol=SCORE_TOLERANCE)
+    elif task == "obb":
+        rotated, want = got[ROTATED_BOXES][:count], np.reshape(expected["rotated_boxes"], (-1, 5))
+        np.testing.assert_allclose(rotated[:, :4], want[:, :4], atol=PIXEL_TOLERANCE)
+        np.testing.assert_allclose(rotated[:, 4], want[:, 4], atol=ANGLE_TOLERANCE)
+    else:
+        np.testing.assert_allclose(got["detection_boxes"][:count], np.reshape(expected["boxes"], (-1, 4)),
+                                   atol=PIXEL_TOLERANCE)
+        _same_masks(got, expected["mask_runs"], count)
+    return count
+
+
+def _same_masks(got: dict[str, np.ndarray], runs: list[list[int]], count: int) -> None:
+    height, width = (int(v) for v in got[MASK_SIZE])
+    assert all(not m for m in got[MASKS][count:])  # padding is empty
+    for index in range(len(runs)):  # the best detections' (predict.MASKS_RECORDED)
+        served_mask = decode_mask(got[MASKS][index], height, width)
+        want = runs_to_mask(runs[index], height, width)
+        iou = (served_mask & want).sum() / max((served_mask | want).sum(), 1)
+        assert iou >= MASK_IOU, f"mask {index}: IoU {iou:.4f} with Ultralytics' ({want.sum()} pixels)"
+
+
+@pytest.mark.parametrize("key", list(TASK_FIXTURES))
+def test_served_task_outputs_equal_ultralytics_predict(server: EmbeddedServer, key: str) -> None:
+    entry = recorded(key)
+    counts = []
+    for index, (image, expected) in enumerate(zip(scene_images(), entry["images"], strict=True)):  # type: ignore[call-overload]
+        assert expected["pixels_sha256"] == digest(image.tobytes()), f"scene {index} is not the recorded one"
+        try:
+            counts.append(_same_detections(served(server, key, encode(image, ".png")), expected,
+                                           TASK_FIXTURES[key]))
+        except AssertionError as exc:
+            raise AssertionError(f"{key} scene {index}: {exc}") from exc
+    assert max(counts) >= 3 and sum(counts) >= 10, f"{key}: too few detections to compare ({counts})"
+
+
+@pytest.mark.parametrize("key", list(TASK_FIXTURES))
+def test_the_detection_client_reads_each_task_from_the_metadata(server: EmbeddedServer, key: str) -> None:
+    image = encode(scene_images()[3], ".png")
+    raw = served(server, key, image)
+    with DetectionClient(server.grpc_url, model=model_name(key)) as client:
+        result = client.detect(image)
+        assert client.model_info.task == TASK_FIXTURES[key]
+    count = int(raw["num_detections"][0])
+    assert len(result) == count >= 3
+    first = result.detections[0]
+    if key == "pose-static":
+        np.testing.assert_allclose(np.array(first.keypoints), raw[KEYPOINTS][0])
+    elif key == "obb-static":
+        np.testing.assert_allclose(np.array(first.rotated_box), raw[ROTATED_BOXES][0])
+    else:
+        assert first.mask_rle == raw[MASKS][0] and first.mask_size == tuple(raw[MASK_SIZE])
+        assert first.as_dict()["mask"]["size"] == list(raw[MASK_SIZE])
+
+
+@pytest.mark.parametrize("key", list(TASK_FIXTURES))
+def test_a_batch_returns_each_image_what_it_returns_alone(server: EmbeddedServer, key: str) -> None:
+    images = [encode(image, ".png") for image in scene_images()[2:5]]
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput(IMAGE, [len(images), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array(images, dtype=object).reshape(-1, 1))
+    names = TASK_OUTPUTS[TASK_FIXTURES[key]]
+    together = client.infer(model_name(key), [tensor], outputs=[grpcclient.InferRequestedOutput(n) for n in names])
+    for index, image in enumerate(images):
+        alone = served(server, key, image)
+        for name in names:
+            got = together.as_numpy(name)[index]
+            if got.dtype == object:
+                assert got.tolist() == alone[name].tolist(), name
+            else:
+                np.testing.assert_allclose(got, alone[name], atol=1e-4, err_msg=name)
+
+
+def test_a_bad_image_fails_alone_and_the_task_ensemble_keeps_serving(server: EmbeddedServer) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    good = encode(scene_images()[3], ".png")
+    with pytest.raises(InferenceServerException, match="invalid image"):
+        served(server, "seg-static", good[: len(good) // 2])
+    assert int(served(server, "seg-static", good)["num_detections"][0]) > 0
