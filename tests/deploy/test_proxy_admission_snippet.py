@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deploy import proxy_admission
-from deploy.render import render_all
+from deploy.render.files import render_all
 from deploy.settings import Settings
 
 
