@@ -20,10 +20,13 @@ from generator.serving.contract import ADMIN_TOKEN_ENV
 
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 _HELP = {
-    "min_canary_requests": "roll back when the canary answered fewer requests in the window",
+    "min_requests": "users' requests each side needs before its traffic is judged (fewer: observe on, then "
+                    "undecided)",
+    "min_latency_pairs": "paired probes (a control image through both sides) before latency is judged",
+    "confidence": "one-sided confidence of the bounds each check compares with its limit",
     "max_error_rate_increase": "failed-request share the canary may add (0.01: one point)",
-    "max_p95_ratio": "p95 latency the canary may reach, as a multiple of stable's ...",
-    "max_p95_increase_ms": "... and in milliseconds above it (only exceeding both fails)",
+    "max_latency_ratio": "latency the canary may reach, as a multiple of stable's (paired probes) ...",
+    "max_latency_increase_ms": "... and in milliseconds above it (only exceeding both fails)",
     "max_empty_share_increase": "share of images answered with no detection the canary may add",
     "max_capped_share_increase": "share of outputs capped at --max-detections the canary may add",
     "max_detections_distance": "largest gap between the detections-per-image distributions (KS, 0..1)",
@@ -53,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate", type=int, default=None, help="version to try (default: the newest candidate)")
     parser.add_argument("--canary-percent", type=float, default=10.0, help="share of requests sent to the candidate")
     parser.add_argument("--window-s", type=float, default=60.0, help="seconds of traffic compared")
+    parser.add_argument("--max-window-s", type=float, default=None,
+                        help="while the window's evidence is short of a verdict, observe on up to this many seconds "
+                             "in all, then end undecided (exit 4) (default: 4 x --window-s)")
+    parser.add_argument("--probe-interval-s", type=float, default=0.5,
+                        help="one control image through both sides, timed, this often (the latency evidence)")
     parser.add_argument("--watch-s", type=float, default=None,
                         help="after a promotion, seconds the new stable version is watched against the one before "
                              "it, rolled back on degradation (default: --window-s; 0: no watch)")
@@ -146,6 +154,10 @@ def settings_from_args(args: argparse.Namespace, control: Control | None = None,
 
     if not 0 < args.canary_percent <= 100 or args.window_s <= 0:
         raise GeneratorError("--canary-percent must be within (0, 100] and --window-s above 0")
+    if args.max_window_s is not None and args.max_window_s < args.window_s:
+        raise GeneratorError(f"--max-window-s {args.max_window_s:g} is shorter than --window-s {args.window_s:g}")
+    if not 0.05 <= args.probe_interval_s <= args.window_s:
+        raise GeneratorError("--probe-interval-s must be within 0.05 s and --window-s")
     watch_s = args.window_s if args.watch_s is None else args.watch_s
     if watch_s < 0:
         raise GeneratorError("--watch-s must be 0 (no watch) or more")
@@ -156,17 +168,20 @@ def settings_from_args(args: argparse.Namespace, control: Control | None = None,
         infer_url=args.infer_url or f"http://{args.url.removeprefix('http://')}", control_images=images,
         canary_percent=args.canary_percent, window_s=args.window_s, drain_s=args.drain_s, candidate=args.candidate,
         thresholds=thresholds, route_file=args.route_file, watch_s=watch_s, control_source=source,
-        control_truth=truth,
+        control_truth=truth, max_window_s=args.max_window_s, probe_interval_s=args.probe_interval_s,
         **extra)  # type: ignore[arg-type]
 
 
 def report(record: dict[str, object], args: argparse.Namespace) -> int:
-    """Print the record (and write it where --record says); exit 0 for a promotion kept, 3 for any rollback."""
+    """Print the record (and write it where --record says); exit 0 for a promotion kept, 3 for any rollback,
+    4 undecided (outcome.py)."""
+    from generator.operate.rollout.outcome import exit_code
+
     text = json.dumps(record, indent=2)
     if args.record is not None:
         args.record.write_text(text + "\n")
     print(text)
-    return 0 if record["action"] == "promote" else 3
+    return exit_code(record)
 
 
 def run(args: argparse.Namespace) -> int:
