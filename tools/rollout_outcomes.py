@@ -50,7 +50,9 @@ class PacedLoad:
         from clients.canary import CanaryClient
         from generator.cli.rollout import control_images
 
-        images = control_images(None)
+        # Seven scenes: the canary share takes every 4th request at 25 %, and 7 is prime to 4, so both sides see
+        # every scene (with 8 the canary would see two of them: different traffic, not a different model).
+        images = control_images(None)[:7]
         make = lambda model: DetectionClient(self.grpc_url, model=model, timeout_s=20, retry=NO_RETRY)  # noqa: E731
         with CanaryClient(make, route_file=self.route_file) as client:
             sent, next_at = 0, time.monotonic()
