@@ -63,6 +63,8 @@ from generator.serving.contract import step_model_name
 logger = logging.getLogger(__name__)
 
 Publish = Callable[[Route], None]
+# The Python steps publish their counters once a second: a scrape this long after requests ends includes them.
+STEP_PUBLISH_S = 1.5
 # What a Triton that went away (restarted, killed) or a model that vanished under the rollout looks like.
 _LOST = (TritonAdminError, ClientError)
 
@@ -168,7 +170,7 @@ def _observe(settings: RolloutSettings, sides: Sides, seconds: float,
         while True:
             wait_window(control, sides.loaded, step, settings.poll_s)
             with prober.paused() as pairs:
-                time.sleep(1.5)  # the steps publish their counts once a second: the last of the window arrives
+                time.sleep(STEP_PUBLISH_S)  # the last of the window's counts arrive
                 after, ended = control.samples(), time.time()
             looks += 1
             decision, observed, base = _judge(settings, sides, (before, after), pairs, reference)
@@ -269,6 +271,7 @@ def warm_up(settings: RolloutSettings, model: str) -> None:
     if settings.control_images:
         for url in settings.control.infer_urls(settings.infer_url):
             mirror(url, (model,), settings.control_images)
+        time.sleep(STEP_PUBLISH_S)  # its counts land before the window's first scrape: in neither side
 
 
 def _trial(settings: RolloutSettings, index: RepositoryIndex, progress: Progress, timings: dict[str, float],
