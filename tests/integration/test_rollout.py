@@ -193,7 +193,8 @@ def test_a_candidate_with_no_users_traffic_ends_undecided_and_stays_a_candidate(
     record = json.loads(record_file.read_text())
     assert record["action"] == "undecided" and record["failed"] == []
     assert "canary_requests" in record["insufficient"] and record["canary"]["requests"] == 0
-    assert record["window"]["looks"] >= 2 and record["window"]["seconds"] >= 6  # it observed on to its limit
+    # It observed on to its limit (the last look ends within a second of it; how many looks fit depends on the load).
+    assert record["window"]["max_s"] == 6 and record["window"]["seconds"] >= 5
     assert "not enough evidence: " in done.stderr + done.stdout
     index = read_index(repository)
     assert index is not None and index.stable == 1 and index.versions[2].state == "candidate"
