@@ -168,7 +168,10 @@ def test_a_candidate_that_finds_nothing_is_rolled_back_by_the_rollout(versioned,
     print(f"\nautomatic rollback {elapsed:.1f} s ({record['timings']}), failed checks {record['failed']}, "
           f"{load.answered} requests answered {load.counts}")
     assert record["action"] == "rollback" and "Rollout of version 2: rollback (failed: " in done.stdout
-    assert {"empty_share", "detections_distribution", "control_agreement"} <= set(record["failed"])
+    # The control images' agreement is judged at once; the users' traffic checks once each side had 20 requests: on
+    # a loaded machine the first look may come before, and then they are short of evidence, never passed.
+    assert "control_agreement" in record["failed"]
+    assert {"empty_share", "detections_distribution"} <= set(record["failed"]) | set(record["insufficient"])
     assert load.errors == [], load.errors[:5]
     index = read_index(repository)
     assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
