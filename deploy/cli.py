@@ -142,7 +142,8 @@ def _local(args: argparse.Namespace, settings: Settings) -> int:
         done = _site(args, settings)
         print(json.dumps(done))
         rollout = done.get("rollout")
-        return 3 if isinstance(rollout, dict) and rollout.get("exit") == 3 else 0  # as deploy update: 3 rolled back
+        # As deploy update: 3 rolled back, 4 undecided (generator/operate/rollout/outcome.py).
+        return int(rollout["exit"]) if isinstance(rollout, dict) and rollout.get("exit") in (3, 4) else 0
     if args.command == "down":
         stack.down(stack.LocalStack(project=args.project))
         print(f"removed the local stack {args.project}", file=sys.stderr)
@@ -158,7 +159,7 @@ def _local(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _update(args: argparse.Namespace, settings: Settings) -> int:
-    """update/rollback --local: the decision record on stdout; exit 0 promoted, 3 rolled back."""
+    """update/rollback --local: the decision record on stdout; exit 0 promoted, 3 rolled back, 4 undecided."""
     import json
     import logging
 

@@ -17,13 +17,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from generator.serving.contract import STEPS, step_model_name
+
 from .closed_loop import client_factory, closed_loop
 from .crosscheck import crosscheck
 from .detector import raw_detector
 from .energy import EnergyMeter, energy_record
 from .images import synthetic_images
 from .machine import machine_info
-from .metrics import snapshot, stage_deltas
+from .metrics import settled_deltas, snapshot
 from .paired import PairedSettings, paired_rounds
 from .provenance import repository_record, triton_version
 from .report import LatencyPoint, point_from_latencies
@@ -61,7 +63,9 @@ def _cell(endpoints: Endpoints, settings: BenchSettings, protocol: str, size: tu
 
     loop = closed_loop(client_factory(protocol, url, settings.model, settings.timeout_s), images, concurrency,
                        settings.duration_s, settings.warmup_requests, scrape_start)
-    stages = stage_deltas(before["snapshot"], snapshot(endpoints.metrics))
+    stages = settled_deltas(endpoints.metrics, before["snapshot"],
+                            (settings.model, *(step_model_name(settings.model, s) for s in STEPS)),
+                            len(loop.latencies_ms))
     gpu_energy = energy_record(before["energy"], energy.read() if energy else None, len(loop.latencies_ms),
                                loop.elapsed_s)
     label = f"{protocol} {size[0]}x{size[1]}"

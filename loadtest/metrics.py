@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -117,6 +118,20 @@ class StageStats:
 
 def _per(total: float, count: float) -> float | None:
     return round(total / count, 1) if count > 0 else None
+
+
+def settled_deltas(metrics_url: str, before: Snapshot, models: tuple[str, ...], answered: int,
+                   timeout_s: float = 5.0, poll_s: float = 0.1) -> dict[str, StageStats]:
+    """The deltas once Triton has counted, in each of ``models``, every request the client saw succeed since
+    ``before``: a composing model's statistics are recorded when its request is released, which can come after the
+    ensemble's response reached the client (CI read 24 of 25 at once). Gives up waiting after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stages = stage_deltas(before, snapshot(metrics_url))
+        counted = [stages[m].requests for m in models if m in stages]  # a model never loaded is not waited for
+        if min(counted, default=answered) >= answered or time.monotonic() >= deadline:
+            return stages
+        time.sleep(poll_s)
 
 
 def stage_deltas(before: Snapshot, after: Snapshot) -> dict[str, StageStats]:

@@ -10,7 +10,8 @@ Service (generator/operate/fleet.py) over the pods' network, admitted by the Net
 In compose it runs in the pod's network namespace (Triton's admin API and metrics on its loopback, never through the public
 proxy), reads the admin token from a secret file, and keeps its phase in the volume (``rollout.json``): started
 again after it was killed, it first ends the interrupted rollout safe. Exit 0: promoted; 3: rolled back (by its
-checks, its watch, an interruption, or ``--rollback``); 1: an error, one line on stderr.
+checks, its watch, an interruption, or ``--rollback``); 4: undecided, not enough traffic for a verdict (the stable
+version serves, the candidate stays one); 1: an error, one line on stderr.
 """
 
 from __future__ import annotations

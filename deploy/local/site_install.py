@@ -60,6 +60,7 @@ from deploy.local.stack import SITE_ENV, SITES_ROOT
 from deploy.local.update import Update
 from generator.archive.parts import check_checksums, find_parts
 from generator.errors import ServerError
+from generator.operate.rollout.outcome import WORDS
 
 logger = logging.getLogger(__name__)
 
@@ -214,8 +215,9 @@ def roll_out(project: str, staged: Path, index: dict[str, Any], change: Update) 
                                                    indent=1) + "\n")
     failed = record.get("failed")
     logger.info("%s: the archive %s's model, version %s, was %s (%s); the site's files are %s's; the decision: %s",
-                project, index["tag"], record.get("candidate"), "promoted" if code == 0 else "rolled back",
-                f"failed: {failed}" if failed else "every check passed",
+                project, index["tag"], record.get("candidate"), WORDS[code],
+                f"failed: {failed}" if failed else f"short: {record.get('insufficient')}" if code else
+                "every check passed",
                 index["tag"] if code == 0 else installed_tag(project), where / ROLLOUT_RECORD)
     return {"action": record.get("action"), "exit": code, "version": record.get("candidate"),
             "record": str(where / ROLLOUT_RECORD)}

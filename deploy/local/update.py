@@ -23,6 +23,7 @@ from deploy.errors import LocalStackError
 from deploy.local import docker
 from deploy.local.stack import LocalStack, compose_args, read_env_file
 from deploy.settings import Settings
+from generator.operate.rollout.outcome import WORDS
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ def build_version(settings: Settings, stack: LocalStack, update: Update) -> None
 
 
 def run_rollout(stack: LocalStack, update: Update, *extra: str) -> tuple[int, dict[str, object]]:
-    """Run the rollout service once; its exit code (0 promoted, 3 rolled back) and its decision record."""
+    """Run the rollout service once; its exit code (0 promoted, 3 rolled back, 4 undecided: the stable version
+    serves, the candidate stays one) and its decision record."""
     env = _env(stack)
     flags = [*update.rollout_flags, *extra]
     if update.control_images is not None:
@@ -121,7 +123,7 @@ def run_rollout(stack: LocalStack, update: Update, *extra: str) -> tuple[int, di
                                      *flags), env=env, check=False, timeout_s=STEP_TIMEOUT_S)
     update.timings["rollout_s"] = round(time.monotonic() - started, 1)
     sys.stderr.write(result.stderr)
-    if result.returncode not in (0, 3):
+    if result.returncode not in WORDS:
         raise LocalStackError(f"the rollout failed (exit {result.returncode}): {result.stderr.strip()[-800:]}")
     return result.returncode, json.loads(result.stdout[result.stdout.index("{"):])
 

@@ -3,8 +3,8 @@
 A headless Service resolves to the address of each ready Triton pod. The fleet loads and unloads on each of them,
 reports as loaded only what every one has loaded (a pod that joined or restarted during a window loads just the
 alias, so the window ends and the rollout ends safe), and sums their metrics: each sample gets a ``server`` label,
-so counters and histogram buckets add up across servers and the latency read is the worst server's p95
-(window.p95_ms takes the largest). The names are resolved again on every call, so a pod that left stops being
+so counters, histogram buckets and request durations add up across servers (the rollout's latency evidence is its
+own paired probes, through the clients' URL: rollout/probes.py). The names are resolved again on every call, so a pod that left stops being
 driven; its last counters are kept, so it neither adds nor removes requests from a window.
 """
 

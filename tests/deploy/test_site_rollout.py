@@ -131,6 +131,20 @@ def test_a_rolled_back_archive_leaves_the_site_on_its_files_and_install_exits_3(
     assert main(["install", "--local", "--project", "p", "any.tar"]) == 3  # as deploy update: 3 rolled back
 
 
+def test_an_undecided_archive_leaves_the_site_on_its_files_and_install_exits_4(
+        running_site: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Too little traffic for a verdict: not a rollback (3) but its own code, the site still on its files."""
+    monkeypatch.setenv("FAKE_RECORD", json.dumps({"action": "undecided", "candidate": 2, "stable": 1, "failed": [],
+                                                  "insufficient": ["canary_requests"]}))
+    monkeypatch.setenv("FAKE_EXIT", "4")
+    done = site_install.roll_out("p", running_site["staged"], running_site["index"], Update())
+    assert (done["action"], done["exit"]) == ("undecided", 4)
+    assert site_install.installed_tag("p") == OLD
+    assert json.loads(Path(done["record"]).read_text())["record"]["insufficient"] == ["canary_requests"]
+    monkeypatch.setattr(site_install, "install_site", lambda *args: {"role": "candidate", "rollout": done})
+    assert main(["install", "--local", "--project", "p", "any.tar"]) == 4
+
+
 def test_the_archive_the_site_runs_is_not_rolled_out_again_and_a_stopped_site_is_refused(
         running_site: dict[str, Any]) -> None:
     index = {**running_site["index"], "tag": OLD}

@@ -107,7 +107,7 @@ def scenes() -> list[bytes]:
 
 
 def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(versioned, demo_onnx, scenes,
-                                                                            monkeypatch, caplog) -> None:
+                                                                            monkeypatch) -> None:
     repository, serve = versioned
     add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))  # beside the live v1
     mirrored: list[tuple[tuple[str, ...], str | None]] = []  # each mirror's models, and the canary routed meanwhile
@@ -132,14 +132,12 @@ def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(vers
     print(f"\npromotion {promoted_s:.1f} s ({record['timings']}), manual rollback {rolled_back_s:.1f} s, "
           f"{load.answered} requests answered {load.counts}, canary share {record['observed_canary_share']} %")
     assert record["action"] == "promote", json.dumps(record["checks"], indent=1)
-    # The control images went through the candidate alone before its share of users did (its cold calls are no
-    # tail), then through both sides at the end of the window.
-    assert mirrored[0] == (("yolo_v2",), None), mirrored
-    assert mirrored[1] == (("yolo", "yolo_v2"), "yolo_v2"), mirrored
+    # The control images went through the candidate alone before its share of users did (its cold calls are in
+    # neither side), then through both sides in timed pairs through the window: the latency evidence.
+    assert mirrored == [(("yolo_v2",), None)], mirrored
     assert record["timings"]["warmup_s"] > 0  # type: ignore[index]
-    # The test's short window is shorter than Triton's latency summaries reach back: the rollout says so.
-    assert any("window is shorter than the 60 s Triton's latency summaries reach back" in r.getMessage()
-               for r in caplog.records if r.levelname == "WARNING")
+    assert record["latency_pairs"] >= 10 and record["control_agreement"] == 1.0  # type: ignore[operator]
+    assert record["failed"] == [] and record["insufficient"] == []
     assert load.errors == [], load.errors[:5]
     assert load.counts.get("yolo_v2", 0) > 0 and load.counts["yolo"] > load.counts["yolo_v2"]
     assert manual["rolled_back"] == 2 and manual["stable"] == 1
@@ -170,12 +168,42 @@ def test_a_candidate_that_finds_nothing_is_rolled_back_by_the_rollout(versioned,
     print(f"\nautomatic rollback {elapsed:.1f} s ({record['timings']}), failed checks {record['failed']}, "
           f"{load.answered} requests answered {load.counts}")
     assert record["action"] == "rollback" and "Rollout of version 2: rollback (failed: " in done.stdout
-    assert {"empty_share", "detections_distribution", "control_agreement"} <= set(record["failed"])
+    # The control images' agreement is judged at once; the users' traffic checks once each side had 20 requests: on
+    # a loaded machine the first look may come before, and then they are short of evidence, never passed.
+    assert "control_agreement" in record["failed"]
+    assert {"empty_share", "detections_distribution"} <= set(record["failed"]) | set(record["insufficient"])
     assert load.errors == [], load.errors[:5]
     index = read_index(repository)
     assert index is not None and index.stable == 1 and index.versions[2].state == "rolled_back"
     assert "yolo_v2" not in control(serve).loaded() and "yolo" in control(serve).loaded()
     assert (repository / "yolo_v2" / Path(str(index.versions[2].decision)).name).is_file()
+
+
+def test_a_candidate_with_no_users_traffic_ends_undecided_and_stays_a_candidate(versioned, demo_onnx,
+                                                                                tmp_path) -> None:
+    """A quiet site: no user sends a request in the window, so the canary has no traffic to judge. The rollout
+    observes on to --max-window-s, then ends undecided with its own exit code, not a rollback: the stable version
+    serves, the candidate is unloaded and still a candidate, and the record names the evidence that was short."""
+    repository, serve = versioned
+    add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
+    record_file = tmp_path / "decision.json"
+    command = [sys.executable, "-m", "generator", "rollout", "--model-repository", str(repository),
+               "--url", serve.http_url, "--metrics-url", f"127.0.0.1:{serve.metrics_port}", "--window-s", "3",
+               "--max-window-s", "6", "--record", str(record_file)]
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, "TRITON_ADMIN_TOKEN": KEY}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 4, done.stdout + done.stderr  # undecided, distinct from 3 (rolled back)
+    record = json.loads(record_file.read_text())
+    assert record["action"] == "undecided" and record["failed"] == []
+    assert "canary_requests" in record["insufficient"] and record["canary"]["requests"] == 0
+    # It observed on to its limit (the last look ends within a second of it; how many looks fit depends on the load).
+    assert record["window"]["max_s"] == 6 and record["window"]["seconds"] >= 5
+    assert "not enough evidence: " in done.stderr + done.stdout
+    index = read_index(repository)
+    assert index is not None and index.stable == 1 and index.versions[2].state == "candidate"
+    assert (repository / "yolo_v2" / Path(str(index.versions[2].decision)).name).is_file()
+    assert "yolo_v2" not in control(serve).loaded() and "yolo" in control(serve).loaded()
+    assert json.loads((repository / ROUTE_NAME).read_text())["canary"] is None
 
 
 def test_a_candidate_triton_refuses_to_load_is_rolled_back_before_any_traffic(versioned, demo_onnx) -> None:

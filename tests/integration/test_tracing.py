@@ -89,7 +89,18 @@ def the_client_span(receiver: OtlpReceiver, known: set[str]) -> ReceivedSpan:
     return span
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http"])
+# Triton 2.51 reads the gRPC `traceparent` metadata value as a NUL-terminated C string (GrpcServerCarrier::Get in
+# src/grpc/infer_handler.h returns the grpc::string_ref's data(), which is not terminated): when other bytes follow
+# the value in gRPC's buffer, the value read is longer than W3C's 55 characters, OpenTelemetry's parser rejects it,
+# and at rate 0 the request is not traced at all. Whether bytes follow depends on the server's buffers (more often
+# after earlier gRPC requests), not on the client, and the same code is in Triton's main branch (2.73): nothing on
+# this side makes it deterministic. Not strict, so CI shows XFAIL or XPASS; docs/OPERATING.md tells users.
+GRPC_CONTEXT = pytest.mark.xfail(
+    reason="Triton 2.51 reads the gRPC traceparent metadata past its end (GrpcServerCarrier::Get, "
+           "src/grpc/infer_handler.h): the propagated context is intermittently rejected", strict=False)
+
+
+@pytest.mark.parametrize("protocol", [pytest.param("grpc", marks=GRPC_CONTEXT), "http"])
 def test_sync_client_trace_runs_through_the_ensemble_and_each_step(traced, protocol: str) -> None:
     server, receiver = traced
     known = {s.span_id for s in receiver.spans}
@@ -103,15 +114,7 @@ def test_sync_client_trace_runs_through_the_ensemble_and_each_step(traced, proto
     assert_one_trace(receiver, the_client_span(receiver, known))
 
 
-# Known and not yet explained (2026-12-02, since tritonclient 2.73 and OpenTelemetry 1.45): after a traced gRPC
-# request, a later traced gRPC request to the same Triton 2.51 sometimes yields no exported span at all, also with a
-# minute's wait; HTTP never did. Alone, this test passes. Not strict, so CI shows it as XFAIL or XPASS, not hidden.
-GRPC_AFTER_GRPC = pytest.mark.xfail(
-    reason="Triton 2.51 intermittently exports no spans for a traced gRPC request after an earlier traced gRPC "
-           "request (under investigation)", strict=False)
-
-
-@pytest.mark.parametrize("protocol", [pytest.param("grpc", marks=GRPC_AFTER_GRPC), "http"])
+@pytest.mark.parametrize("protocol", [pytest.param("grpc", marks=GRPC_CONTEXT), "http"])
 def test_async_client_trace_runs_through_the_ensemble_and_each_step(traced, protocol: str) -> None:
     server, receiver = traced
     known = {s.span_id for s in receiver.spans}
@@ -139,8 +142,8 @@ def test_without_a_trace_context_rate_zero_traces_nothing(traced) -> None:
     for protocol in ("grpc", "http"):
         assert infer(Plain, "yolo", [scene_bytes(13, 320, 240)], protocol)["num_detections"][0, 0] > 0
     # A traced request afterwards arrives, so the plain ones had their chance to be exported before it. Over HTTP:
-    # a traced gRPC request after earlier traced gRPC requests intermittently arrives with no spans (see the async
-    # gRPC test), and this test is about the plain requests.
+    # a traced gRPC request intermittently loses its context in Triton (GRPC_CONTEXT), and this test is about the
+    # plain requests.
     provider = client_provider(receiver)
     try:
         with DetectionClient(f"http://{server.http_url}", model="yolo", tracer_provider=provider) as client:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,12 +21,17 @@ from generator.operate.rollout.decision import Thresholds
 if TYPE_CHECKING:
     from generator.operate.rollout.workflow import RolloutSettings
 
+logger = logging.getLogger(__name__)
+
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 _HELP = {
-    "min_canary_requests": "roll back when the canary answered fewer requests in the window",
+    "min_requests": "users' requests each side needs before its traffic is judged (fewer: observe on, then "
+                    "undecided)",
+    "min_latency_pairs": "paired probes (a control image through both sides) before latency is judged",
+    "confidence": "one-sided confidence of the bounds each check compares with its limit",
     "max_error_rate_increase": "failed-request share the canary may add (0.01: one point)",
-    "max_p95_ratio": "p95 latency the canary may reach, as a multiple of stable's ...",
-    "max_p95_increase_ms": "... and in milliseconds above it (only exceeding both fails)",
+    "max_latency_ratio": "latency the canary may reach, as a multiple of stable's (paired probes) ...",
+    "max_latency_increase_ms": "... and in milliseconds above it (only exceeding both fails)",
     "max_empty_share_increase": "share of images answered with no detection the canary may add",
     "max_capped_share_increase": "share of outputs capped at --max-detections the canary may add",
     "max_detections_distance": "largest gap between the detections-per-image distributions (KS, 0..1)",
@@ -33,6 +39,10 @@ _HELP = {
     "min_agreement": "matched detections on the mirrored control images (F1 at IoU 0.5), at least",
     "max_label_map_drop": "with --control-labels: mAP@0.5 on the labelled control images the canary may lose",
 }
+# Flags of the p95-summary comparison, renamed when the latency became paired probes and the request floor applied
+# to both sides: still accepted, with a warning, so that scripts and manifests written for them keep working.
+_RENAMED = {"min_canary_requests": "min_requests", "max_p95_ratio": "max_latency_ratio",
+            "max_p95_increase_ms": "max_latency_increase_ms"}
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate", type=int, default=None, help="version to try (default: the newest candidate)")
     parser.add_argument("--canary-percent", type=float, default=10.0, help="share of requests sent to the candidate")
     parser.add_argument("--window-s", type=float, default=60.0, help="seconds of traffic compared")
+    parser.add_argument("--max-window-s", type=float, default=None,
+                        help="while the window's evidence is short of a verdict, observe on up to this many seconds "
+                             "in all, then end undecided (exit 4) (default: 4 x --window-s)")
+    parser.add_argument("--probe-interval-s", type=float, default=0.5,
+                        help="one control image through both sides, timed, this often (the latency evidence)")
     parser.add_argument("--watch-s", type=float, default=None,
                         help="after a promotion, seconds the new stable version is watched against the one before "
                              "it, rolled back on degradation (default: --window-s; 0: no watch)")
@@ -70,6 +85,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for spec in fields(Thresholds):
         parser.add_argument(f"--{spec.name.replace('_', '-')}", type=type(getattr(defaults, spec.name)),
                             default=getattr(defaults, spec.name), help=_HELP[spec.name])
+    for old, new in _RENAMED.items():
+        parser.add_argument(f"--{old.replace('_', '-')}", type=type(getattr(defaults, new)), default=None,
+                            help=f"renamed: use --{new.replace('_', '-')}")
+
+
+def _renamed_flags(args: argparse.Namespace) -> None:
+    """Move a renamed flag's value onto its new name, warning once per flag."""
+    for old, new in _RENAMED.items():
+        value = getattr(args, old, None)
+        if value is not None:
+            logger.warning("--%s is renamed --%s; it still works for now", old.replace("_", "-"),
+                           new.replace("_", "-"))
+            setattr(args, new, value)
 
 
 def admin_token_of(args: argparse.Namespace) -> str | None:
@@ -141,6 +169,11 @@ def settings_from_args(args: argparse.Namespace, control: Control | None = None,
 
     if not 0 < args.canary_percent <= 100 or args.window_s <= 0:
         raise GeneratorError("--canary-percent must be within (0, 100] and --window-s above 0")
+    if args.max_window_s is not None and args.max_window_s < args.window_s:
+        raise GeneratorError(f"--max-window-s {args.max_window_s:g} is shorter than --window-s {args.window_s:g}")
+    if not 0.05 <= args.probe_interval_s <= args.window_s:
+        raise GeneratorError("--probe-interval-s must be within 0.05 s and --window-s")
+    _renamed_flags(args)
     watch_s = args.window_s if args.watch_s is None else args.watch_s
     if watch_s < 0:
         raise GeneratorError("--watch-s must be 0 (no watch) or more")
@@ -151,14 +184,17 @@ def settings_from_args(args: argparse.Namespace, control: Control | None = None,
         infer_url=args.infer_url or f"http://{args.url.removeprefix('http://')}", control_images=images,
         canary_percent=args.canary_percent, window_s=args.window_s, drain_s=args.drain_s, candidate=args.candidate,
         thresholds=thresholds, route_file=args.route_file, watch_s=watch_s, control_source=source,
-        control_truth=truth,
+        control_truth=truth, max_window_s=args.max_window_s, probe_interval_s=args.probe_interval_s,
         **extra)  # type: ignore[arg-type]
 
 
 def report(record: dict[str, object], args: argparse.Namespace) -> int:
-    """Print the record (and write it where --record says); exit 0 for a promotion kept, 3 for any rollback."""
+    """Print the record (and write it where --record says); exit 0 for a promotion kept, 3 for any rollback,
+    4 undecided (outcome.py)."""
+    from generator.operate.rollout.outcome import exit_code
+
     text = json.dumps(record, indent=2)
     if args.record is not None:
         args.record.write_text(text + "\n")
     print(text)
-    return 0 if record["action"] == "promote" else 3
+    return exit_code(record)

@@ -3,11 +3,11 @@
 Triton's request counters and the Python steps' quality counters (generator/serving/telemetry.py) are cumulative,
 so a window is the difference of a scrape at its start and one at its end, per model. The stable side is the
 alias ensemble plus the stable version's own ensemble (``NAME`` and ``NAME_vS``), the canary side ``NAME_vC``;
-the quality counters come from each side's NMS and preprocess steps. Latency is Triton's p95 summary
-(``--metrics-config summary_latencies=true``) of the side's ensembles at the end of the window: Triton computes
-it over its own sliding window (the last ``SUMMARY_MAX_AGE_S``), so it is read, not differenced. The canary's summary
-covers only its own life (its load, warm-up and the window); with a window shorter than the summary's age the
-stable side's also covers the calmer or busier time before it, so the two p95s are of different periods.
+the quality counters come from each side's NMS and preprocess steps. Latency is differenced too: Triton's
+cumulative request duration (``nv_inference_request_duration_us``) over the window's requests gives each side's
+mean for the record. Its latency summaries are not used: each reaches back its own 60 s (the canary's only over
+its short life), so two of them never cover one period. The latency verdict comes from the rollout's own paired
+requests (probes.py).
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ from generator.serving.contract import (
 
 SUCCESS = "nv_inference_request_success"
 FAILURE = "nv_inference_request_failure"
-LATENCY_SUMMARY = "nv_inference_request_summary_us"
-# How far back Triton's latency summaries reach: prometheus-cpp's Summary default (max_age 60 s in 5 buckets), which
-# Triton's metric_model_reporter.cc keeps. A shorter window reads the stable side's p95 over traffic from before it.
-SUMMARY_MAX_AGE_S = 60.0
+DURATION = "nv_inference_request_duration_us"  # cumulative, every request (failed ones too), microseconds
 
 # (metric name, sorted labels) -> value
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -92,7 +89,7 @@ class SideWindow:
     empty: float
     capped: float
     rejected: float
-    p95_ms: float | None
+    mean_ms: float | None  # Triton's own timing of the side's requests in the window (its probes included)
     detections_buckets: Mapping[str, float] = field(default_factory=dict)
     score_buckets: Mapping[str, float] = field(default_factory=dict)
     detections_sum: float = 0.0
@@ -134,7 +131,7 @@ def side_window(before: Scrape, after: Scrape, models: SideModels) -> SideWindow
         empty=delta(EMPTY_OUTPUTS_METRIC, nms),
         capped=delta(CAPPED_OUTPUTS_METRIC, nms),
         rejected=delta(REJECTED_METRIC, [models.preprocess]),
-        p95_ms=p95_ms(after, models.ensembles),
+        mean_ms=_mean_ms(before, after, models.ensembles),
         detections_buckets=bucket_delta(DETECTIONS_METRIC),
         score_buckets=bucket_delta(SCORE_METRIC),
         detections_sum=delta(f"{DETECTIONS_METRIC}_sum", nms),
@@ -142,11 +139,10 @@ def side_window(before: Scrape, after: Scrape, models: SideModels) -> SideWindow
     )
 
 
-def p95_ms(scrape: Scrape, ensembles: Iterable[str]) -> float | None:
-    """The largest p95 among the side's ensembles (NaN: no request in Triton's window; an ensemble may show
-    under more than one version label)."""
-    wanted = set(ensembles)
-    values = [value / 1000.0 for (name, labels), value in scrape.items()
-              if name == LATENCY_SUMMARY and dict(labels).get("model") in wanted
-              and dict(labels).get("quantile") == "0.95" and value == value and value > 0]  # NaN != NaN
-    return max(values) if values else None
+def _mean_ms(before: Scrape, after: Scrape, ensembles: tuple[str, ...]) -> float | None:
+    """Triton's mean request time over the window, from its cumulative counters as exported (a rollout's
+    ``probe`` samples, which take its own requests out of the counts, are left out: the duration includes them)."""
+    exported = {key: value for key, value in after.items() if "probe" not in dict(key[1])}
+    requests = sum(_total(exported, name, ensembles) - _total(before, name, ensembles) for name in (SUCCESS, FAILURE))
+    duration = _total(exported, DURATION, ensembles) - _total(before, DURATION, ensembles)
+    return round(duration / requests / 1000.0, 3) if requests > 0 else None

@@ -1,13 +1,19 @@
 """The rollout workflow: load the candidate beside the stable version, give it a share of the traffic, compare
-the two on the same window, then promote or roll back by itself and write the decision record; after a promotion,
-optionally watch the new stable version against the one before it and roll back on degradation.
+the two on the same window, then promote, roll back, or end undecided for lack of evidence, by itself, and write
+the decision record; after a promotion, optionally watch the new stable version against the one before it and roll
+back on degradation.
 
-    load NAME_vC (explicit model control)  ->  route: C% of the clients' requests to NAME_vC
-    scrape, wait --window-s, mirror the control images to both, scrape  ->  decide (decision.py)
+    load NAME_vC (explicit model control), warm it with the control images  ->  route: C% of requests to NAME_vC
+    scrape, wait --window-s while the control images go to both sides in timed pairs (probes.py), scrape
+    ->  decide (decision.py); undecided: observe on, up to --max-window-s, and decide over the whole period
     route: everything to NAME  ->  wait for the canary's requests in flight
     promote: alias NAME -> version C, reload NAME (Triton swaps it when ready)
     watch (--watch-s): the new stable against the old, still loaded, on the same checks -> keep it or revert
-    then unload the old version (or, rolled back, NAME_vC; the alias never moved)
+    then unload the old version (or, rolled back or undecided, NAME_vC; the alias never moved)
+
+An undecided rollout leaves what served before it serving: the stable version, the route on the alias, the
+candidate unloaded but still a candidate (its record says which evidence was short), to be tried again with a
+longer window or a larger share.
 
 Nothing is unloaded while requests are pending in it, and clients that still reach an unloaded canary resend to
 the stable model (clients/canary.py), so neither outcome fails a request. The phase is kept in the repository
@@ -31,9 +37,10 @@ from generator.errors import GeneratorError
 from generator.operate.admin import Control, TritonAdminError, TritonRefusedError
 from generator.operate.rollout import state
 from generator.operate.rollout.agreement import agreement
-from generator.operate.rollout.decision import Decision, Thresholds, decide
+from generator.operate.rollout.decision import UNDECIDED, Decision, Evidence, Thresholds, decide
 from generator.operate.rollout.labelled import map50
 from generator.operate.rollout.mirror import mirror
+from generator.operate.rollout.probes import Pair, Prober, latest_answers, offsets, subtract
 from generator.operate.rollout.progress import (
     Progress,
     clear_progress,
@@ -41,12 +48,13 @@ from generator.operate.rollout.progress import (
     started,
     write_progress,
 )
-from generator.operate.rollout.window import SUMMARY_MAX_AGE_S, SideModels, SideWindow, side_window
+from generator.operate.rollout.window import Scrape, SideModels, SideWindow, side_window
 from generator.repository.versions import (
     ROUTE_NAME,
     RepositoryIndex,
     VersionError,
     read_index,
+    read_version_manifest,
     version_model,
     version_models,
 )
@@ -55,6 +63,8 @@ from generator.serving.contract import step_model_name
 logger = logging.getLogger(__name__)
 
 Publish = Callable[[Route], None]
+# The Python steps publish their counters once a second: a scrape this long after requests ends includes them.
+STEP_PUBLISH_S = 1.5
 # What a Triton that went away (restarted, killed) or a model that vanished under the rollout looks like.
 _LOST = (TritonAdminError, ClientError)
 
@@ -81,6 +91,8 @@ class RolloutSettings:
     recover_wait_s: float = 180.0  # how long an interrupted rollout waits for Triton to answer again
     control_source: Mapping[str, object] = field(default_factory=dict)  # what the control images are (record)
     control_truth: Mapping[str, Any] | None = None  # COCO labels of control_images, in their order
+    max_window_s: float | None = None  # how long a window short of evidence goes on; default 4 x its length
+    probe_interval_s: float = 0.5  # one pair of timed control-image requests (one per side) this often
 
     @property
     def route_path(self) -> Path:
@@ -104,6 +116,11 @@ def side_models(index: RepositoryIndex, version: int, alias: bool) -> SideModels
     ensemble = version_model(index.name, version)
     ensembles = (index.name, ensemble) if alias else (ensemble,)
     return SideModels(ensembles, step_model_name(ensemble, "nms"), step_model_name(ensemble, "preprocess"))
+
+
+def _max_detections(repository: Path, index: RepositoryIndex, *versions: int) -> tuple[int, int]:
+    first, second = (read_version_manifest(repository, index.name, v).thresholds.max_detections for v in versions)
+    return first, second
 
 
 def _stamp() -> str:
@@ -135,35 +152,63 @@ class Sides:
     reference_name: str
     judged_name: str
     loaded: tuple[str, ...]  # must stay loaded through the window
+    max_detections: tuple[int, int]  # each side's --max-detections (what makes an output capped)
 
 
 def _observe(settings: RolloutSettings, sides: Sides, seconds: float,
              reference: SideWindow | None = None) -> tuple[Decision, dict[str, object], SideWindow]:
-    """Scrape, let the window pass, mirror the control images, scrape again, decide. ``reference``: judge
-    against this earlier window instead of the reference side's own traffic (the watch after a promotion)."""
+    """Scrape, let the window pass with the paired probes running, scrape again, decide; while the evidence is
+    short of a verdict (undecided), keep observing in steps of ``seconds``, each decision over the whole period
+    from the first scrape, up to ``max_window_s``. ``reference``: judge against this earlier window instead of
+    the reference side's own traffic (the watch after a promotion)."""
     control = settings.control
-    before, begun = control.samples(), time.time()
-    wait_window(control, sides.loaded, seconds, settings.poll_s)
-    mirrored = (mirror(settings.infer_url, (sides.reference_name, sides.judged_name), settings.control_images)
-                if settings.control_images else {})
-    # The steps publish their counts once a second: wait for the last of the window to arrive.
-    time.sleep(1.5)
-    after, ended = control.samples(), time.time()
-    base = reference if reference is not None else side_window(before, after, sides.reference)
-    judged = side_window(before, after, sides.judged)
-    agreed = agreement(mirrored[sides.reference_name], mirrored[sides.judged_name]) if mirrored else None
-    labelled = None
-    if mirrored and settings.control_truth is not None:
-        labelled = (map50(settings.control_truth, mirrored[sides.reference_name]),
-                    map50(settings.control_truth, mirrored[sides.judged_name]))
-    decision = decide(base, judged, agreed, settings.thresholds, labelled)
+    limit = max(seconds, settings.max_window_s if settings.max_window_s is not None else 4 * seconds)
+    models = (sides.reference_name, sides.judged_name)
+    before, begun, started, looks = control.samples(), time.time(), time.monotonic(), 0
+    with Prober(settings.infer_url, models, settings.control_images, settings.probe_interval_s) as prober:
+        step = seconds
+        while True:
+            wait_window(control, sides.loaded, step, settings.poll_s)
+            with prober.paused() as pairs:
+                time.sleep(STEP_PUBLISH_S)  # the last of the window's counts arrive
+                after, ended = control.samples(), time.time()
+            looks += 1
+            decision, observed, base = _judge(settings, sides, (before, after), pairs, reference)
+            left = limit - (time.monotonic() - started)
+            if decision.action != UNDECIDED or left < 1.0:
+                break
+            logger.info("not enough evidence after %.0f s (%s): observing on, up to %.0f s", ended - begun,
+                        ", ".join(c.name for c in decision.unjudged), limit)
+            step = min(seconds, left)
+    observed["window"] = {"start": begun, "end": ended, "seconds": round(ended - begun, 3), "looks": looks,
+                          "max_s": limit}
+    return decision, observed, base
+
+
+def _judge(settings: RolloutSettings, sides: Sides, scrapes: tuple[Scrape, Scrape], pairs: list[Pair],
+           reference: SideWindow | None) -> tuple[Decision, dict[str, object], SideWindow]:
+    """One decision over the scrapes' period: the users' traffic (the probes taken out) and the probes' pairs."""
+    before, after = scrapes
+    users = subtract(after, offsets([p.reference for p in pairs], sides.reference_name, sides.reference.nms,
+                                    sides.max_detections[0]),
+                     offsets([p.judged for p in pairs], sides.judged_name, sides.judged.nms, sides.max_detections[1]))
+    base = reference if reference is not None else side_window(before, users, sides.reference)
+    judged = side_window(before, users, sides.judged)
+    agreed = labelled = None
+    if pairs:
+        first, second = latest_answers(pairs, len(settings.control_images))
+        agreed = agreement(first, second)
+        if settings.control_truth is not None:
+            labelled = (map50(settings.control_truth, first), map50(settings.control_truth, second))
+    evidence = Evidence(tuple((p.reference_ms, p.judged_ms) for p in pairs), agreed, labelled)
+    decision = decide(base, judged, evidence, settings.thresholds)
     total = base.requests + judged.requests
-    observed = {
-        "window": {"start": begun, "end": ended, "seconds": round(ended - begun, 3)},
+    observed: dict[str, object] = {
         "control_images": len(settings.control_images),
         "control": dict(settings.control_source),
         "control_agreement": agreed,
         "control_labels_map50": None if labelled is None else {"stable": labelled[0], "canary": labelled[1]},
+        "latency_pairs": len(pairs),
         "stable": base.to_json(),
         "canary": judged.to_json(),
     }
@@ -184,10 +229,6 @@ def rollout(settings: RolloutSettings) -> dict[str, object]:
     if candidate not in index.versions or candidate == index.stable:
         raise VersionError(f"version {candidate} is not a candidate (stable {index.stable}, versions "
                            f"{', '.join(map(str, index.served))})")
-    if settings.window_s < SUMMARY_MAX_AGE_S:
-        logger.warning("a %.0f s window is shorter than the %.0f s Triton's latency summaries reach back: the "
-                       "stable side's p95 covers traffic from before the window, the candidate's only its own",
-                       settings.window_s, SUMMARY_MAX_AGE_S)
     progress = started(index.stable, candidate)
     write_progress(settings.repository, progress)
     start = time.monotonic()
@@ -205,9 +246,11 @@ def rollout(settings: RolloutSettings) -> dict[str, object]:
         settings.route(Route(index.name))
         return _interrupted(settings, progress, exc, start)
     clear_progress(settings.repository)
-    failed = record.get("failed") or []
+    failed, short = record.get("failed") or [], record.get("insufficient") or []
     logger.info("Rollout of version %d: %s%s", candidate, record["action"],
-                f" (failed: {', '.join(map(str, failed))})" if failed else "")  # type: ignore[call-overload]
+                f" (failed: {', '.join(map(str, failed))})" if failed else  # type: ignore[call-overload]
+                f" (not enough evidence: {', '.join(map(str, short))}; version {index.stable} serves, "  # type: ignore[call-overload]
+                f"{candidate} stays a candidate)" if record["action"] == UNDECIDED else "")
     return record
 
 
@@ -228,6 +271,7 @@ def warm_up(settings: RolloutSettings, model: str) -> None:
     if settings.control_images:
         for url in settings.control.infer_urls(settings.infer_url):
             mirror(url, (model,), settings.control_images)
+        time.sleep(STEP_PUBLISH_S)  # its counts land before the window's first scrape: in neither side
 
 
 def _trial(settings: RolloutSettings, index: RepositoryIndex, progress: Progress, timings: dict[str, float],
@@ -239,7 +283,8 @@ def _trial(settings: RolloutSettings, index: RepositoryIndex, progress: Progress
     timings["warmup_s"] = time.monotonic() - start - timings["load_s"]
     settings.route(Route(index.name, canary_model, settings.canary_percent))
     sides = Sides(side_models(index, index.stable, alias=True), side_models(index, candidate, alias=False),
-                  index.name, canary_model, (index.name, canary_model))
+                  index.name, canary_model, (index.name, canary_model),
+                  _max_detections(settings.repository, index, index.stable, candidate))
     try:
         decision, observed, baseline = _observe(settings, sides, settings.window_s)
     finally:
@@ -250,8 +295,11 @@ def _trial(settings: RolloutSettings, index: RepositoryIndex, progress: Progress
     record: dict[str, object] = {"stable": index.stable, "candidate": candidate, **decision.to_json(), **observed}
     if decision.action != "promote":
         _unload(control, version_models(index.name, candidate))
-        state.mark_rolled_back(settings.repository, index, candidate, _with_timings(record, timings, finish, start),
-                               _stamp())
+        timed = _with_timings(record, timings, finish, start)
+        if decision.action == UNDECIDED:  # not judged: it stays a candidate, to be tried again with more traffic
+            state.note(settings.repository, index, candidate, timed, _stamp())
+        else:
+            state.mark_rolled_back(settings.repository, index, candidate, timed, _stamp())
         return record
     if settings.watch_s > 0:  # the old version's own ensemble keeps its steps loaded once the alias moves on
         control.load(version_model(index.name, index.stable))
@@ -307,12 +355,16 @@ def _watch(settings: RolloutSettings, progress: Progress, baseline: SideWindow) 
     index = _index(settings.repository)
     old, new = version_model(index.name, progress.stable), version_model(index.name, progress.candidate)
     sides = Sides(side_models(index, progress.stable, alias=False), side_models(index, progress.candidate, True),
-                  old, index.name, (index.name, old))
+                  old, index.name, (index.name, old),
+                  _max_detections(settings.repository, index, progress.stable, progress.candidate))
     decision, observed, _ = _observe(settings, sides, settings.watch_s, reference=baseline)
     watched = {**decision.to_json(), **observed, "compared": f"{new} after the promotion against {old} before it"}
-    if decision.action == "promote":
+    if decision.action != "rollback":  # undecided: the promotion was decided on evidence, and nothing says worse
         state.note(settings.repository, index, progress.candidate, {"watch": watched}, _stamp())
-        return {**watched, "action": "keep"}
+        if decision.action == UNDECIDED:
+            logger.warning("Watch of version %d: not enough evidence to judge (%s); the promotion stands",
+                           progress.candidate, ", ".join(c.name for c in decision.unjudged))
+        return {**watched, "action": "keep" if decision.action == "promote" else "keep_undecided"}
     _revert(settings, index, progress.candidate, {"action": "rollback_after_promotion", "watch": watched})
     logger.info("Watch of version %d: degraded (failed: %s); version %d serves again", progress.candidate,
                 ", ".join(c.name for c in decision.failed), progress.stable)

@@ -142,7 +142,10 @@ def test_a_degraded_candidate_is_rolled_back_by_itself_without_a_failed_request(
           f"{record['timings']}), failed checks {record['failed']}, {load.answered} requests, "
           f"{len(load.errors)} failed")
     assert (code, record["action"]) == (3, "rollback")
-    assert {"empty_share", "control_agreement"} <= set(record["failed"])
+    # Agreement is judged at once; the empty share once each side had 20 users' requests (else it is short of
+    # evidence, never passed).
+    assert "control_agreement" in record["failed"]
+    assert "empty_share" in set(record["failed"]) | set(record["insufficient"])
     assert record["control"]["source"] == "synthetic"  # no --control-images: the demo's scenes, said so
     assert load.errors == [], load.errors[:5]
     index = stack.index()

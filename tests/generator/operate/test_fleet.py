@@ -1,4 +1,5 @@
-"""The fleet's pure parts: every server's metrics summed into one window, the worst p95, a server that left."""
+"""The fleet's pure parts: every server's metrics summed into one window (Triton's mean latency too), a server that
+left."""
 
 from __future__ import annotations
 
@@ -12,24 +13,24 @@ from tests.generator.operate.rollout.test_window import scrape
 STABLE = SideModels(("yolo", "yolo_v1"), "yolo_v1_nms", "yolo_v1_preprocess")
 
 
-def test_two_servers_add_up_in_one_window_and_the_worst_p95_is_read() -> None:
+def test_two_servers_add_up_in_one_window_and_so_does_their_time() -> None:
     last: dict = {}
-    before = merge(last, {"a:8002": parse_scrape(scrape(10, 1, 20, 2, 2, "NaN")),
-                          "b:8002": parse_scrape(scrape(5, 0, 10, 1, 1, "NaN"))})
-    after = merge(last, {"a:8002": parse_scrape(scrape(60, 3, 120, 12, 12, "25000")),
-                         "b:8002": parse_scrape(scrape(25, 0, 50, 5, 5, "40000"))})
+    before = merge(last, {"a:8002": parse_scrape(scrape(10, 1, 20, 2, 2, 0)),
+                          "b:8002": parse_scrape(scrape(5, 0, 10, 1, 1, 0))})
+    after = merge(last, {"a:8002": parse_scrape(scrape(60, 3, 120, 12, 12, 102 * 25000)),
+                         "b:8002": parse_scrape(scrape(25, 0, 50, 5, 5, 40 * 40000))})
     window = side_window(before, after, STABLE)
     assert (window.requests, window.failures) == (102.0 + 40.0, 2.0)  # server a: 2 x 50 + 2; b: 2 x 20
     assert (window.images, window.empty) == (140.0, 14.0)
     assert window.detections_buckets == {"0": 14.0, "+Inf": 140.0}
-    assert window.p95_ms == 40.0  # Triton's summaries cannot be added: the worst server's
+    assert window.mean_ms == round((102 * 25 + 40 * 40) / 142, 3)  # cumulative counters add up across servers
 
 
 def test_a_server_that_left_keeps_its_last_counts_instead_of_taking_them_out_of_the_window() -> None:
     last: dict = {}
-    before = merge(last, {"a:8002": parse_scrape(scrape(10, 0, 20, 0, 0, "NaN")),
-                          "b:8002": parse_scrape(scrape(100, 0, 200, 0, 0, "NaN"))})
-    after = merge(last, {"a:8002": parse_scrape(scrape(30, 0, 60, 0, 0, "NaN"))})  # b's pod is gone
+    before = merge(last, {"a:8002": parse_scrape(scrape(10, 0, 20, 0, 0, 0)),
+                          "b:8002": parse_scrape(scrape(100, 0, 200, 0, 0, 0))})
+    after = merge(last, {"a:8002": parse_scrape(scrape(30, 0, 60, 0, 0, 0))})  # b's pod is gone
     window = side_window(before, after, STABLE)
     assert window.requests == 40.0  # a's 2 x 20; without b's last counts the sum would fall and read 0
 
