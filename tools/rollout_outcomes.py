@@ -48,7 +48,7 @@ class PacedLoad:
     def _run(self) -> None:
         from clients import NO_RETRY, DetectionClient
         from clients.canary import CanaryClient
-        from generator.cli.rollout import control_images
+        from generator.operate.rollout.arguments import control_images
 
         # Seven scenes: the canary share takes every 4th request at 25 %, and 7 is prime to 4, so both sides see
         # every scene (with 8 the canary would see two of them: different traffic, not a different model).
@@ -100,7 +100,7 @@ def _round(number: int, kind: str, repository: Path, control: ModelControl, urls
            args: argparse.Namespace, load: PacedLoad) -> dict[str, Any]:
     from generator.builder.spec.options import BuildOptions
     from generator.builder.versioned import add_version
-    from generator.cli.rollout import control_images
+    from generator.operate.rollout.arguments import control_images
     from generator.operate.rollout.workflow import RolloutSettings, rollout
 
     options, expected = KINDS[kind]
