@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import onnx
 
@@ -73,7 +73,7 @@ def prove(data: Path, out: Path, precision: str, cuda_providers: tuple[str, ...]
     print(f"[{precision}] layer-wise, CPU provider: {cpu['summary']}")
     print(f"[{precision}] layer-wise, {cuda_providers[0]}: {cuda['summary']}")
     device = "cpu" if cuda_providers == CPU else "gpu"
-    options = BuildOptions(precision=precision, max_batch=manifest.max_batch or 8, device=device)
+    options = BuildOptions(precision=cast(Any, precision), max_batch=manifest.max_batch or 8, device=cast(Any, device))
     options = replace(options, gate=replace(options.gate, speed_gate="keep-faster"))
     info = _served_info(inspect_onnx(data / "source.onnx", tuple(manifest.detector.image_size)), served)
     decision = speed_gate(onnx.load(str(fp32_path)), served, info, options)
