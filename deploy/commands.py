@@ -28,6 +28,7 @@ CANARY_BUCKETS = 100  # the proxy's split, one bucket per percent (deploy/entryp
 ADMIN_TOKEN_FILE = "/run/secrets/admin_token"
 WATCHDOG_PATH = "/opt/deploy/watchdog.py"
 GPU_METRICS_PATH = "/opt/deploy/gpu_metrics.py"  # imported by the watchdog from beside it
+HISTOGRAM_EXPORT_PATH = "/opt/deploy/histogram_export.py"  # likewise
 # The watchdog's counters across its container's restarts: /tmp is the pod's emptyDir in Kubernetes (kept
 # while the pod lives); compose's tmpfs starts empty again, and the alert then sees the start time change.
 WATCHDOG_STATE = "/tmp/watchdog/state.json"

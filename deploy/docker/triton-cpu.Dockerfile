@@ -50,6 +50,7 @@ ENV TRITON_DETECTION_CACHE=/opt/tde \
 COPY generator /opt/project/generator
 COPY deploy /opt/project/deploy
 COPY generator/server/watchdog.py /opt/deploy/watchdog.py
+COPY generator/server/histogram_export.py /opt/deploy/histogram_export.py
 RUN mkdir -p /models && chown 1000:1000 /models
 
 USER 1000:1000

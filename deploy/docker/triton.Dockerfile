@@ -31,6 +31,7 @@ RUN --mount=type=secret,id=build_ca --mount=type=cache,target=/var/cache/pip,sha
 # Standard library only: the liveness/readiness probe and the supervisor of tritonserver, and beside it the GPU
 # series its metrics endpoint adds where NVML answers (nvidia-ml-py, in the serve extra).
 COPY generator/server/watchdog.py /opt/deploy/watchdog.py
+COPY generator/server/histogram_export.py /opt/deploy/histogram_export.py
 COPY generator/server/gpu_metrics.py /opt/deploy/gpu_metrics.py
 RUN mkdir -p /models && chown 1000:1000 /models
 

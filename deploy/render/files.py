@@ -19,6 +19,7 @@ from deploy.render.alerts import rule_groups
 from deploy.render.dashboard import build_dashboard
 from deploy.settings import MIN_COMPOSE, MIN_ENGINE, MIN_TRITON_RELEASE, Settings
 from generator.server.embedded import TRITON_VERSION
+from generator.server.histogram_export import DROP_REGEX
 
 DEPLOY_DIR = Path(__file__).parents[1]  # the rendered files stay where compose and kubectl users find them
 TEMPLATE_DIR = DEPLOY_DIR / "templates"
@@ -161,6 +162,8 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "admin_token_file": commands.ADMIN_TOKEN_FILE,
         "watchdog_path": commands.WATCHDOG_PATH,
         "gpu_metrics_path": commands.GPU_METRICS_PATH,
+        "histogram_export_path": commands.HISTOGRAM_EXPORT_PATH,
+        "histogram_drop_regex": DROP_REGEX,
         "detector_onnx_path": settings_module.DETECTOR_ONNX_PATH,
         "validate_images_path": settings_module.VALIDATE_IMAGES_PATH,
         "validate_labels_path": settings_module.VALIDATE_LABELS_PATH,

@@ -25,6 +25,7 @@ from generator.server.embedded import EmbeddedServer
 from generator.server.environments import LockedEnvironment
 from generator.server.gpu_metrics import GpuMonitor, sample_in_background
 from generator.server.hardening import AdminAccess, admin_access
+from generator.server.histogram_export import histograms_of
 from generator.server.shutdown import EXIT_TIMEOUT_S
 from generator.server.tracing import DEFAULT_RATE, TraceSettings, TraceSettingsError
 from generator.server.watchdog import (
@@ -128,7 +129,7 @@ def serve(settings: ServeSettings, on_ready: OnReady) -> int:
     # The watchdog waits as long for a stopping server as the server's own drain takes (shutdown.py).
     policy = dataclasses.replace(settings.policy, grace_s=server.stop_timing.watchdog_grace_s)
     metrics = WatchdogMetrics()
-    endpoint = _watchdog_endpoint(metrics, settings, gpu_series(server) if settings.watchdog_metrics_port != 0 else None)
+    endpoint = _watchdog_endpoint(metrics, settings, watchdog_series(server) if settings.watchdog_metrics_port != 0 else None)
     port = int(endpoint.server_address[1]) if endpoint is not None else 0
     supervisor = Supervisor(server.launch, server.http_url, probed, policy, restart=True,
                             on_healthy=lambda start: on_ready(server, admin, start, port),
@@ -161,6 +162,13 @@ def gpu_series(server: EmbeddedServer) -> Callable[[], str]:
         return {process.pid: "tritonserver", **{pid: instance_model(name) for pid, name in stubs.items()}}
 
     return lambda: monitor.render(models)
+
+
+def watchdog_series(server: EmbeddedServer) -> Callable[[], str]:
+    """What the watchdog's endpoint adds: the GPUs' series and the ensemble's quality histograms, re-exported as
+    histograms from Triton's metrics (histogram_export.py: Triton holds their parts as counters)."""
+    gpus = gpu_series(server)
+    return lambda: gpus() + histograms_of(server.metrics_port)
 
 
 def _watchdog_endpoint(metrics: WatchdogMetrics, settings: ServeSettings,

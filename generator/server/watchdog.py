@@ -642,6 +642,27 @@ def gpu_series(supervisor: Supervisor) -> Callable[[], str] | None:
     return lambda: str(monitor.render(models))
 
 
+def histogram_series(command: Sequence[str]) -> Callable[[], str] | None:
+    """The ensemble's quality histograms, re-exported as histograms from the metrics endpoint of the server
+    ``command`` starts (histogram_export.py, beside this file in the image or in the package); None without it."""
+    try:
+        import histogram_export  # the image's copy beside this file
+    except ImportError:
+        try:
+            from generator.server import histogram_export
+        except ImportError:
+            return None
+    port = histogram_export.metrics_port(list(command))
+    if port is None:
+        return None
+    return lambda: str(histogram_export.histograms_of(port))
+
+
+def _extra_series(*sources: Callable[[], str] | None) -> Callable[[], str] | None:
+    present = [source for source in sources if source is not None]
+    return (lambda: "".join(source() for source in present)) if present else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="watchdog.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
@@ -700,7 +721,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         supervisor = Supervisor(launch_command(command), args.url, args.model, policy, metrics=metrics,
                                 restart_on=restart_on, explicit=args.explicit)
         if args.metrics_port:
-            serve_metrics(metrics, args.metrics_address, args.metrics_port, gpu_series(supervisor))
+            extra = _extra_series(gpu_series(supervisor),
+                                  histogram_series(command) if Path(command[0]).name == "tritonserver" else None)
+            serve_metrics(metrics, args.metrics_address, args.metrics_port, extra)
         supervisor.install_signal_handlers()
         return supervisor.run()
     except (ProbeError, WatchdogError, ValueError, OSError) as exc:

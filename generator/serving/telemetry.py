@@ -10,9 +10,10 @@ Histograms are written as the three series of a Prometheus histogram (``NAME_buc
 value, which would mean one round trip per detection. 2.51's Python backend does have that kind
 (``pb_utils.MetricFamily.HISTOGRAM`` with ``buckets``, ``Metric.observe``; its stub names
 ``SendObserveRequest``), and no call that adds a count: even observing each bucket's mean n times (exact buckets,
-sum and count) costs one round trip per value, ~11,000 a second at the GPU host's 1,140 images/s. So the TYPE
-stays ``counter`` and ``promtool check metrics`` flags these families (issue 37); exposing them as histograms
-needs a re-export outside the stub (the watchdog's endpoint, with the Triton job dropping the parts), not done yet.
+sum and count) costs one round trip per value, ~11,000 a second at the GPU host's 1,140 images/s. So on Triton's
+endpoint the parts stay counters (TYPE ``counter``, which ``promtool check metrics`` refuses); the watchdog's
+endpoint serves them as one TYPE ``histogram`` family each, same names and labels, read from Triton's at scrape
+time (generator/server/histogram_export.py), and Prometheus' job of Triton's endpoint drops the parts (issue 37).
 """
 
 from __future__ import annotations

@@ -206,3 +206,31 @@ def test_the_project_clients_read_a_refusal_as_back_pressure_and_retry_after_it(
     print(f"\n{protocol}: {count} clients at once: {len(busy)} refused without retries; {len(retried)} at once with "
           f"the default retries: {sum(not isinstance(r, Exception) for r in retried)} answered")
     assert not [r for r in retried if isinstance(r, Exception)], [r for r in retried if isinstance(r, Exception)][:3]
+
+
+FLOOD_BURSTS = 4  # on one channel: what nginx counts adds up over the connection's life
+
+
+def test_one_grpc_channel_mostly_refused_keeps_its_connection(pod: Pod) -> None:
+    """A channel whose requests are refused 19 times in 20 stays open and loses nothing: every request answered
+    or refused with the proxy's message. nginx's HTTP/2 flood guard closes a connection (GOAWAY, its streams in
+    flight lost) once the bytes it received exceed 8x those its requests used, and a refused stream's body counts
+    as received only; the proxy gives streams no body preread window, so a refused stream's body is never sent."""
+    from generator.synthetic import encode, make_scene
+    from tests.integration.load import Sender
+
+    image = encode(make_scene(np.random.default_rng(11), 640, 480).image)
+    limit = _limit(pod)
+    sender = Sender(f"localhost:{pod.settings.proxy_grpc_port}", pod.settings.model_name, image, ssl=True,
+                    root_certificates=str(pod.ca))
+    outcomes = []
+    try:
+        for _ in range(FLOOD_BURSTS):
+            outcomes += sender.burst(20 * limit)
+    finally:
+        sender.close()
+    refused = sum(not o.ok for o in outcomes)
+    # Enough refused bytes to trip the guard had they been sent: over 8x the admitted ones plus its 1 MiB slack.
+    assert refused * len(image) > 8 * (len(outcomes) - refused) * len(image) + 8 * 2**20, (refused, len(image))
+    assert {(o.status, o.message) for o in outcomes if not o.ok} == {
+        ("StatusCode.RESOURCE_EXHAUSTED", proxy_admission.BUSY_MESSAGE)}
