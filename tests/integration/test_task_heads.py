@@ -191,3 +191,11 @@ def test_a_bad_image_fails_alone_and_the_task_ensemble_keeps_serving(server: Emb
     with pytest.raises(InferenceServerException, match="invalid image"):
         served(server, "seg-static", good[: len(good) // 2])
     assert int(served(server, "seg-static", good)["num_detections"][0]) > 0
+
+
+def test_validate_through_triton_reads_the_classifiers_top_classes(server: EmbeddedServer) -> None:
+    from generator.operate.served_check import served_top_classes
+
+    images = [encode(image, ".png") for image in scene_images()]
+    top = served_top_classes(server.grpc_url, model_name("classify-static"), images)
+    assert top.tolist() == [image["classes"] for image in recorded("classify-static")["images"]]  # type: ignore[attr-defined]
