@@ -49,24 +49,24 @@ def bilinear_taps(in_size: int, out_size: int, first: int, count: int) -> tuple[
 
 
 def _resample(pixels: np.ndarray, axis: int, in_size: int, out_size: int, first: int, count: int) -> np.ndarray:
-    """One pass of Pillow's resample along ``axis`` (0: rows, 1: columns) of an H x W x C array, rounded to 8 bits.
+    """One pass of Pillow's resample along ``axis`` (0: rows, 1: columns) of an H x W x C uint8 array, rounded to
+    8 bits as its clip8 does.
 
-    Tap by tap, so the scratch is one output-sized array whatever the downscale; float64 sums the integer
-    products exactly (each below 2^30).
+    Tap by tap, so the scratch is one output-sized array whatever the downscale. int32 holds the sum exactly:
+    the weights are never negative and add up to 2^22 (plus half a unit per tap), times 255 stays below 2^31.
     """
     index, fixed = bilinear_taps(in_size, out_size, first, count)
+    weights = fixed.astype(np.int32)
     shape = [1, 1, 1]
     shape[axis] = count
-    total = np.zeros((*pixels.shape[:axis], count, *pixels.shape[axis + 1:]), dtype=np.float64)
+    total = np.full((*pixels.shape[:axis], count, *pixels.shape[axis + 1:]), 1 << (PRECISION_BITS - 1),
+                    dtype=np.int32)
+    scratch = np.empty_like(total)
     for tap in range(index.shape[1]):
-        total += np.take(pixels, index[:, tap], axis=axis) * fixed[:, tap].reshape(shape)
-    return _to_uint8(total)
-
-
-def _to_uint8(fixed: np.ndarray) -> np.ndarray:
-    """Pillow's clip8: add the rounding half, drop the fraction bits, clamp to 0..255."""
-    shifted = np.floor((fixed + (1 << (PRECISION_BITS - 1))) / (1 << PRECISION_BITS))
-    return np.clip(shifted, 0, 255).astype(np.uint8)
+        np.multiply(np.take(pixels, index[:, tap], axis=axis), weights[:, tap].reshape(shape), out=scratch)
+        total += scratch
+    total >>= PRECISION_BITS
+    return np.minimum(total, 255).astype(np.uint8)
 
 
 def resize_crop(image: np.ndarray, size: int) -> tuple[np.ndarray, tuple[int, int, int, int]]:
