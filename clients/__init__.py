@@ -4,7 +4,7 @@ try:
     from clients._errors_map import busy_error, connection_failure
     from clients.async_client import AsyncDetectionClient
     from clients.contract import load_model_info
-    from clients.detection import Detection, DetectionResult, ModelInfo
+    from clients.detection import Classification, Detection, DetectionResult, ModelInfo
     from clients.endpoint import Endpoint, parse_endpoint
     from clients.errors import (
         ClientError,
@@ -27,6 +27,7 @@ except ModuleNotFoundError as _missing:  # python -m clients.X in the base insta
 __all__ = [
     "NO_RETRY",
     "AsyncDetectionClient",
+    "Classification",
     "ClientError",
     "ClientTimeoutError",
     "Detection",

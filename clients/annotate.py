@@ -34,13 +34,24 @@ def _draw_task(canvas: np.ndarray, det: Detection, color: tuple[int, int, int], 
             cv2.circle(canvas, (round(point[0]), round(point[1])), thickness + 2, color, cv2.FILLED)
 
 
+def _label(canvas: np.ndarray, name: str, score: float, class_id: int) -> None:
+    import cv2
+
+    label = f"{name} {score:.2f}"
+    (width, height), base = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
+    cv2.rectangle(canvas, (0, 0), (width, height + base), _color(class_id), cv2.FILLED)
+    cv2.putText(canvas, label, (0, height), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
+
+
 def draw_detections(image: np.ndarray, result: DetectionResult) -> np.ndarray:
     """A BGR copy of `image` with one box and a `name score` label per detection, plus its rotated box, mask
-    or keypoints when the ensemble serves a task with them."""
+    or keypoints when the ensemble serves a task with them; a classifier's best class labels the corner."""
     import cv2
 
     canvas = image.copy()
     thickness = max(1, round(min(canvas.shape[:2]) / 300))
+    if result.top:  # a classifier: its best class in the corner
+        _label(canvas, result.top[0].class_name, result.top[0].score, result.top[0].class_id)
     for det in result:
         x1, y1, x2, y2 = (round(v) for v in det.box)
         color = _color(det.class_id)

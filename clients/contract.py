@@ -31,8 +31,9 @@ from generator.serving.contract import (
     GRPC_HEADER_PREFIX,
     IMAGE,
     IMAGE_DATATYPE,
-    OUTPUT_DATATYPES,
     OUTPUTS,
+    TASK_OUTPUT_DATATYPES,
+    TASK_OUTPUTS,
 )
 
 logger = logging.getLogger(__name__)
@@ -53,15 +54,17 @@ def info_from_metadata(name: str, metadata: Mapping[str, Any]) -> ModelInfo:
     image = inputs.get(IMAGE)
     if image is None or image.get("datatype") != IMAGE_DATATYPE:
         raise ClientError(f"model {name!r} is not a detection ensemble: it has no {IMAGE_DATATYPE} input {IMAGE!r}")
-    wrong = [n for n in OUTPUTS if (outputs.get(n) or {}).get("datatype") != OUTPUT_DATATYPES[n]]
+    task = task_of_outputs(outputs)
+    expected = TASK_OUTPUTS["classify"] if task == "classify" else OUTPUTS  # a classifier returns no detections
+    wrong = [n for n in expected if (outputs.get(n) or {}).get("datatype") != TASK_OUTPUT_DATATYPES[n]]
     if wrong:
-        raise ClientError(f"model {name!r} lacks the detection output(s) {', '.join(wrong)} "
-                          f"({', '.join(f'{n} {OUTPUT_DATATYPES[n]}' for n in OUTPUTS)})")
+        what = "classification" if task == "classify" else "detection"
+        raise ClientError(f"model {name!r} lacks the {what} output(s) {', '.join(wrong)} "
+                          f"({', '.join(f'{n} {TASK_OUTPUT_DATATYPES[n]}' for n in expected)})")
     shape = [int(d) for d in image.get("shape", [])]  # gRPC metadata spells dims as strings
     if shape not in ([-1, 1], [1]):
         raise ClientError(f"model {name!r}: input {IMAGE} has shape {shape}, expected [-1, 1] or [1]")
-    return ModelInfo(name=name, max_batch_size=None if shape[0] == -1 else 0, class_names=(),
-                     task=task_of_outputs(outputs))
+    return ModelInfo(name=name, max_batch_size=None if shape[0] == -1 else 0, class_names=(), task=task)
 
 
 def info_from_answers(name: str, metadata: Mapping[str, Any], config: Mapping[str, Any] | None) -> ModelInfo:

@@ -118,11 +118,16 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
 
 def format_json(path: Path, result: DetectionResult) -> str:
     """One line of JSON for one image."""
-    return json.dumps({"image": str(path), "detections": [d.as_dict() for d in result]})
+    top = {"top": [c.as_dict() for c in result.top]} if result.top else {}
+    return json.dumps({"image": str(path), "detections": [d.as_dict() for d in result], **top})
 
 
 def format_table(path: Path, result: DetectionResult) -> str:
     """A short human-readable block for one image."""
+    if result.top:
+        width = max(5, *(len(c.class_name) for c in result.top))
+        return "\n".join([f"{path}: top {len(result.top)} classes", f"  {'class':<{width}}  score",
+                          *(f"  {c.class_name:<{width}}  {c.score:5.3f}" for c in result.top)])
     count = len(result)
     lines = [f"{path}: {count} detection{'' if count == 1 else 's'}"]
     if count:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from clients.errors import ClientError
-from clients.tasks import task_fields
+from clients.tasks import task_fields, top_classes
 from generator.serving.contract import (
     BOXES,
     CLASS_NAMES_PARAMETER,
@@ -58,10 +58,24 @@ class Detection:
 
 
 @dataclass(frozen=True)
+class Classification:
+    """One of a classifier's top classes: its probability (the softmax the export ends with)."""
+
+    class_id: int
+    class_name: str
+    score: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"class_id": self.class_id, "class_name": self.class_name, "score": self.score}
+
+
+@dataclass(frozen=True)
 class DetectionResult:
-    """All detections of one image, best score first (the server's order)."""
+    """All detections of one image, best score first (the server's order). A classification ensemble returns no
+    detections: its top classes, best first, are ``top``."""
 
     detections: tuple[Detection, ...]
+    top: tuple[Classification, ...] = ()
 
     def __len__(self) -> int:
         return len(self.detections)
@@ -132,8 +146,14 @@ def decode_outputs(outputs: Mapping[str, np.ndarray], info: ModelInfo) -> list[D
     """Cut the padded [N, max_det, ...] outputs to `num_detections` rows per image.
 
     Shapes are checked because a mismatch means client and ensemble disagree on the contract,
-    and silently reading padding as detections would be worse than failing.
+    and silently reading padding as detections would be worse than failing. A classifier's outputs become
+    each image's ``top``.
     """
+    if info.task == "classify":
+        classes, scores = top_classes(outputs)
+        return [DetectionResult((), tuple(Classification(int(c), info.class_name(int(c)), float(p))
+                                          for c, p in zip(row, probabilities, strict=True)))
+                for row, probabilities in zip(classes, scores, strict=True)]
     missing = [n for n in OUTPUT_NAMES if outputs.get(n) is None]
     if missing:
         raise ClientError(f"model {info.name!r} response lacks output(s) {', '.join(missing)}")

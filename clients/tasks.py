@@ -1,4 +1,5 @@
-"""What a pose, OBB or segmentation ensemble returns beyond boxes, cut to each image's detections.
+"""What a pose, OBB or segmentation ensemble returns beyond boxes, cut to each image's detections; a
+classifier's top classes.
 
 The task comes from the ensemble's outputs in its (open) metadata, or from its config's ``task`` parameter;
 the outputs of each task are ``generator.serving.contract.TASK_OUTPUTS``.
@@ -12,10 +13,18 @@ from typing import Any
 import numpy as np
 
 from clients.errors import ClientError
-from generator.serving.contract import KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES, TASK_OUTPUTS
+from generator.serving.contract import (
+    KEYPOINTS,
+    MASK_SIZE,
+    MASKS,
+    ROTATED_BOXES,
+    TASK_OUTPUTS,
+    TOP_CLASSES,
+    TOP_SCORES,
+)
 
-# The output that gives each task with boxes away (classify is not served by the ensemble yet).
-_MARKERS = {KEYPOINTS: "pose", ROTATED_BOXES: "obb", MASKS: "segment"}
+# The output that gives each task away.
+_MARKERS = {KEYPOINTS: "pose", ROTATED_BOXES: "obb", MASKS: "segment", TOP_CLASSES: "classify"}
 
 
 def task_of_outputs(names: Iterable[str]) -> str:
@@ -27,8 +36,8 @@ def task_of_outputs(names: Iterable[str]) -> str:
 
 
 def requested_outputs(task: str) -> tuple[str, ...]:
-    if task not in TASK_OUTPUTS or task == "classify":
-        raise ClientError(f"the clients read detect, segment, pose and obb ensembles, not task {task!r}")
+    if task not in TASK_OUTPUTS:
+        raise ClientError(f"the clients read the tasks {', '.join(TASK_OUTPUTS)}, not {task!r}")
     return TASK_OUTPUTS[task]
 
 
@@ -49,3 +58,17 @@ def task_fields(outputs: Mapping[str, Any], task: str, index: int, count: int) -
     size = tuple(int(v) for v in np.asarray(outputs[MASK_SIZE]).reshape(-1, 2)[index])
     masks = np.asarray(outputs[MASKS], dtype=object).reshape(-1, np.asarray(outputs[MASKS]).shape[-1])[index]
     return [{"mask_rle": bytes(masks[k]), "mask_size": size} for k in range(count)]
+
+
+def top_classes(outputs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """A classifier's [N, k] classes and scores, checked to agree (an unbatched model's [k] get their batch axis)."""
+    missing = [n for n in TASK_OUTPUTS["classify"] if outputs.get(n) is None]
+    if missing:
+        raise ClientError(f"the classify response lacks output(s) {', '.join(missing)}")
+    classes, scores = np.asarray(outputs[TOP_CLASSES]), np.asarray(outputs[TOP_SCORES], dtype=np.float32)
+    if classes.ndim == 1:
+        classes, scores = classes[None], scores[None]
+    if classes.ndim != 2 or classes.shape != scores.shape:
+        raise ClientError(f"the classify response has {TOP_CLASSES} {classes.shape} and {TOP_SCORES} "
+                          f"{scores.shape}; expected the same [N, k]")
+    return classes, scores

@@ -10,8 +10,10 @@ from clients.stream.sender import Answer
 
 
 def answer_record(answer: Answer) -> dict[str, Any]:
-    """The JSON line of one answered frame (the contract: ``stream``, ``frame``, ``detections``, and more)."""
+    """The JSON line of one answered frame (the contract: ``stream``, ``frame``, ``detections``, and more; a
+    classifier's ``top`` classes too)."""
     frame = answer.frame
+    top = {"top": [c.as_dict() for c in answer.result.top]} if answer.result.top else {}
     return {
         "stream": answer.stream,
         "frame": frame.index,
@@ -19,6 +21,7 @@ def answer_record(answer: Answer) -> dict[str, Any]:
         "pts_s": None if frame.pts_s is None else round(frame.pts_s, 4),
         "latency_ms": round(answer.latency_ms, 2),
         "detections": [d.as_dict() for d in answer.result],
+        **top,
     }
 
 

@@ -7,7 +7,7 @@ from generator.errors import ModelInspectionError
 from generator.model.onnx_inspect import DetectorInfo
 
 # Tasks whose post-processing step exists; the others are recognised at inspection and refused here, by name.
-SERVED_TASKS = ("detect", "pose", "obb", "segment")
+SERVED_TASKS = ("detect", "pose", "obb", "segment", "classify")
 
 
 def require_served_task(info: DetectorInfo, options: BuildOptions | None = None) -> None:
@@ -26,6 +26,9 @@ def require_served_task(info: DetectorInfo, options: BuildOptions | None = None)
     if info.task == "segment" and options.target == "tensorrt":
         raise SpecError("--target tensorrt binds one detector output; a segmentation export's second output (the "
                         "mask prototypes) is served with --target embedded or onnxruntime")
+    if info.task == "classify" and options.preprocess_device == "gpu":
+        raise SpecError("--preprocess-device gpu letterboxes; a classification export's centre crop runs on the CPU "
+                        "(drop --preprocess-device gpu)")
     if options.precision != "fp32":
         raise SpecError(f"--precision {options.precision}: the accuracy gate compares detection heads; a "
                         f"{info.task} export is served in fp32 (--precision fp32)")

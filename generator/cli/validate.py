@@ -9,7 +9,7 @@ from generator.builder.stages.gate import accuracy_gate
 from generator.errors import GeneratorError
 from generator.evaluation import layerwise
 from generator.evaluation.gate import ensure_passed, gate_summary, load_control_set, report_files
-from generator.model.onnx_inspect import inspect_onnx
+from generator.model.onnx_inspect import DetectorInfo, inspect_onnx
 from generator.repository.manifest import DetectorRecord, Manifest
 
 # ONNX Runtime's providers for --provider, first choice first.
@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         )
     detector = manifest.detector or DetectorRecord()
     info = inspect_onnx(reference_onnx, detector.image_size)
+    if info.task == "classify":
+        return _validate_classifier(args, reports, manifest.name, candidate, info)
     control = load_control_set(args.images, args.labels, args.count)
     thresholds = manifest.thresholds
     # Repositories built before the class reduction record no served layout: they serve the ONNX's own.
@@ -84,6 +86,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"through Triton at {args.url}: mAP@0.5:0.95 {served.map50_95:.4f} "
               f"(FP32 in-process at the served thresholds: {local.map50_95:.4f})")
     ensure_passed(report, layerwise.summary(diagnosis) if diagnosis else None)
+    return 0
+
+
+def _validate_classifier(args: argparse.Namespace, reports: Path, name: str, candidate: Path,
+                         info: DetectorInfo) -> int:
+    """Top-1 and top-5 accuracy on ``--images`` (one folder per class), in-process and through ``--url``. An
+    FP32 classifier has no lower precision to gate; the numbers are measured, not judged."""
+    from generator.evaluation import classify
+
+    if args.images is None or args.labels is not None or args.layerwise:
+        raise GeneratorError("a classification build is validated on --images DIR with one folder per class "
+                             "(Ultralytics' val/<class>/ layout); --labels and --layerwise are for detectors")
+    labelled = classify.class_folders(args.images, info.class_names)
+    local = classify.accuracy(classify.top_in_process(candidate, labelled.images, info.image_size),
+                              labelled.labels)
+    print(local.line("in-process"))
+    served = None
+    if args.url:
+        from generator.operate.served_check import served_top_classes
+
+        served = classify.accuracy(served_top_classes(args.url, name, labelled.images), labelled.labels)
+        print(served.line(f"through Triton at {args.url}"))
+    (reports / "classification.json").write_bytes(classify.report(local, served))
+    print(f"Report: {reports / 'classification.json'}")
     return 0
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from generator.evaluation.accuracy import MapResult, coco_map, pseudo_labels
 from generator.evaluation.gate import ControlSet
 from generator.evaluation.reference import ImageDetections, ReferencePipeline
@@ -35,3 +37,11 @@ def served_vs_reference(url: str, model: str, reference_onnx: Path, info: Detect
         local.update(zip(ids[start : start + 8], chunk, strict=True))
     truth = control.labels or pseudo_labels(control.images, local, info.num_classes)
     return coco_map(truth, served), coco_map(truth, local)
+
+
+def served_top_classes(url: str, model: str, images: list[bytes]) -> np.ndarray:
+    """A running classification ensemble's best classes for each image (its --top-k of them), [N, k]."""
+    from clients import DetectionClient
+
+    with DetectionClient(url, model=model) as client:
+        return np.stack([np.array([c.class_id for c in result.top]) for result in client.detect_many(images)])

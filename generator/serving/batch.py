@@ -5,13 +5,16 @@ Failures are per image: a bad image gets an error message and no slot in the bat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_image
-from .letterbox import PARAMS_LEN, letterbox_into
+from .letterbox import PARAMS_LEN, Letterbox, letterbox_into
+
+# Places one decoded image into its slot of the batch: (image, slot, source size) -> how it was placed.
+Placement = Callable[[np.ndarray, np.ndarray, tuple[int, int]], Letterbox]
 
 
 @dataclass(frozen=True)
@@ -28,11 +31,13 @@ def prepare_batch(
     target: tuple[int, int],
     limits: ImageLimits = DEFAULT_LIMITS,
     reduced_decode: bool = True,
+    place: Placement = letterbox_into,
 ) -> PreparedBatch:
     """Decode and letterbox every image into one contiguous batch.
 
     ``reduced_decode`` lets large JPEGs decode at 1/2, 1/4 or 1/8 resolution when that still covers the
-    network input, which costs a fraction of a full decode.
+    network input, which costs a fraction of a full decode. ``place`` puts an image into its slot: the letterbox,
+    or a classifier's centre crop (``crop.center_crop_into``).
     """
     images = np.empty((len(encoded), target[0], target[1], 3), dtype=np.uint8)
     params = np.empty((len(encoded), PARAMS_LEN), dtype=np.float32)
@@ -46,7 +51,7 @@ def prepare_batch(
             errors[position], reasons[position] = str(exc), exc.reason
             continue
         slot = len(index)
-        params[slot] = letterbox_into(image, images[slot], source).as_array()
+        params[slot] = place(image, images[slot], source).as_array()
         index.append(position)
     return PreparedBatch(images[: len(index)], params[: len(index)], index, errors, reasons)
 

@@ -30,7 +30,8 @@ ROTATED_BOXES = "detection_rotated_boxes"  # obb: FP32 [max_det, 5], cx, cy, w, 
 MASKS = "detection_masks"  # segment: BYTES [max_det], one COCO compressed RLE ("counts") of the
 # source-sized mask per detection, column-major as pycocotools; size is [source_height, source_width]
 MASK_SIZE = "mask_size"  # segment: INT32 [2], the masks' height and width (the source image's)
-# classify has no detections: the top-k classes by probability, best first (k = min(--top-k, nc)).
+# classify has no detections: the top-k classes by probability, best first (k = min(--top-k, nc)). Its preprocess
+# step sends the centre crop instead of the letterbox (generator/serving/crop.py); LETTERBOX still says where it lies.
 TOP_CLASSES = "top_classes"  # INT32 [top_k]
 TOP_SCORES = "top_scores"  # FP32 [top_k], the softmax probabilities the export ends with
 TASK_OUTPUTS: dict[str, tuple[str, ...]] = {

@@ -1,4 +1,5 @@
-"""Post-processing of the pose and OBB heads, batched and vectorised like the detection NMS (nms.py).
+"""Post-processing of the pose, OBB and segmentation heads, batched and vectorised like the detection NMS (nms.py);
+a classifier's top-k.
 
 Both heads are v8 heads with rows after the class scores (generator.model.tasks): ``[N, 4 + nc + E, A]``.
 What Ultralytics' predict does with them (ultralytics 8.4.190, ``utils/nms.py::non_max_suppression`` with
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .contract import KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES
+from .contract import KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES, TOP_CLASSES, TOP_SCORES
 from .letterbox import boxes_to_source
 from .masks import box_windows, encode_counts, source_masks, window_run_lengths
 from .nms import COORDINATE_LIMIT, MAX_CANDIDATES, Detections, nms, postprocess
@@ -44,14 +45,29 @@ class HeadSpec:
     layout: str
     num_classes: int
     kpt_shape: tuple[int, int] | None = None
+    top_k: int = 0  # classify: the classes returned per image
 
 
 def head_spec(parameters: dict[str, str]) -> HeadSpec:
     """The post-processing step's HeadSpec from its config parameters (``layout``, ``num_classes``, ``kpt_shape``
-    as "K,D")."""
+    as "K,D", ``top_k``)."""
     kpt = parameters.get("kpt_shape")
     kpt_shape = (int(kpt.split(",")[0]), int(kpt.split(",")[1])) if kpt else None
-    return HeadSpec(parameters["layout"], int(parameters.get("num_classes", "0")), kpt_shape)
+    return HeadSpec(parameters["layout"], int(parameters.get("num_classes", "0")), kpt_shape,
+                    int(parameters.get("top_k", "0")))
+
+
+def top_classes(probabilities: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """A classifier's [N, nc] probabilities to its k best classes and their probabilities per image, best first
+    (Ultralytics' ``Probs.top5``: a descending sort; equal probabilities, which torch's sort leaves in no promised
+    order, keep the lower class first here). A row that is not finite fails its batch, like a broken detector
+    output."""
+    probabilities = probabilities.astype(np.float32, copy=False)
+    if not np.isfinite(probabilities).all():
+        raise ValueError("the classifier returned a non-finite probability")
+    order = np.argsort(-probabilities, axis=1, kind="stable")[:, :k]
+    return {TOP_CLASSES: order.astype(np.int32),
+            TOP_SCORES: np.take_along_axis(probabilities, order, axis=1)}
 
 
 @dataclass(frozen=True)

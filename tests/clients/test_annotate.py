@@ -79,3 +79,12 @@ def test_each_task_draws_what_it_returned():
     assert (out[72, 140] == 128).all()  # the rotated box is drawn instead of its hull (a corner of which)
     assert (out[63:66, 135:138] != 128).any()  # about the middle of an edge of the turned box
     assert (out[120, 170] != 128).all() and (out[120, 145] == 128).all()  # the mask is tinted in, not beside it
+
+
+def test_a_classifiers_best_class_labels_the_top_left_corner():
+    from clients.detection import Classification
+
+    image = np.full((120, 160, 3), 255, np.uint8)
+    canvas = draw_detections(image, DetectionResult((), (Classification(4, "heron", 0.9),)))
+    assert (canvas[:8, :20] != 255).any() and (canvas[60:, 80:] == 255).all()  # the label, nothing else
+    assert (image == 255).all()

@@ -105,6 +105,17 @@ def test_format_table():
     assert format_table(Path("e.jpg"), DetectionResult(())) == "e.jpg: 0 detections"
 
 
+def test_a_classifiers_result_prints_its_top_classes():
+    from clients.detection import Classification
+
+    result = DetectionResult((), (Classification(7, "cat", 0.75), Classification(2, "lynx", 0.125)))
+    assert json.loads(format_json(Path("c.jpg"), result)) == {
+        "image": "c.jpg", "detections": [],
+        "top": [{"class_id": 7, "class_name": "cat", "score": 0.75}, {"class_id": 2, "class_name": "lynx", "score": 0.125}]}
+    assert format_table(Path("c.jpg"), result).splitlines() == [
+        "c.jpg: top 2 classes", "  class  score", "  cat    0.750", "  lynx   0.125"]
+
+
 def test_output_names_stay_unique():
     paths = [Path("x/a.jpg"), Path("y/a.jpg"), Path("z/A.jpg"), Path("b.png")]
     names = _output_names(paths)

@@ -1,13 +1,23 @@
-"""The task of an ensemble from its outputs, and each task's fields cut to one image's detections."""
+"""The task of an ensemble from its outputs, each task's fields cut to one image's detections, a classifier's top
+classes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from clients.detection import ModelInfo, decode_outputs
 from clients.errors import ClientError
 from clients.tasks import requested_outputs, task_fields, task_of_outputs
-from generator.serving.contract import KEYPOINTS, MASK_SIZE, MASKS, OUTPUTS, ROTATED_BOXES
+from generator.serving.contract import (
+    KEYPOINTS,
+    MASK_SIZE,
+    MASKS,
+    OUTPUTS,
+    ROTATED_BOXES,
+    TOP_CLASSES,
+    TOP_SCORES,
+)
 
 
 def test_the_task_is_read_from_the_output_names() -> None:
@@ -15,14 +25,32 @@ def test_the_task_is_read_from_the_output_names() -> None:
     assert task_of_outputs([*OUTPUTS, KEYPOINTS]) == "pose"
     assert task_of_outputs([*OUTPUTS, ROTATED_BOXES]) == "obb"
     assert task_of_outputs([*OUTPUTS, MASKS, MASK_SIZE]) == "segment"
+    assert task_of_outputs([TOP_CLASSES, TOP_SCORES]) == "classify"
     with pytest.raises(ClientError, match="several tasks: obb, pose"):
         task_of_outputs([KEYPOINTS, ROTATED_BOXES])
 
 
-def test_a_classifier_is_refused_by_name() -> None:
-    with pytest.raises(ClientError, match="not task 'classify'"):
-        requested_outputs("classify")
+def test_each_task_asks_for_its_outputs_and_an_unknown_one_is_refused_by_name() -> None:
+    assert requested_outputs("classify") == (TOP_CLASSES, TOP_SCORES)
     assert requested_outputs("pose") == (*OUTPUTS, KEYPOINTS)
+    with pytest.raises(ClientError, match="not 'depth'"):
+        requested_outputs("depth")
+
+
+def test_a_classifiers_outputs_become_each_images_top_classes() -> None:
+    info = ModelInfo("m", 8, ("cat", "dog", "fox"), task="classify")
+    results = decode_outputs({TOP_CLASSES: np.array([[2, 0], [1, 2]], np.int32),
+                              TOP_SCORES: np.array([[0.7, 0.2], [0.9, 0.05]], np.float32)}, info)
+    assert [len(r) for r in results] == [0, 0]  # no detections
+    assert [[c.as_dict() for c in r.top] for r in results] == [
+        [{"class_id": 2, "class_name": "fox", "score": pytest.approx(0.7)},
+         {"class_id": 0, "class_name": "cat", "score": pytest.approx(0.2)}],
+        [{"class_id": 1, "class_name": "dog", "score": pytest.approx(0.9)},
+         {"class_id": 2, "class_name": "fox", "score": pytest.approx(0.05)}]]
+    with pytest.raises(ClientError, match="top_classes \\(2, 2\\) and top_scores \\(2, 3\\)"):
+        decode_outputs({TOP_CLASSES: np.zeros((2, 2), np.int32), TOP_SCORES: np.zeros((2, 3), np.float32)}, info)
+    with pytest.raises(ClientError, match="the classify response lacks output"):
+        decode_outputs({TOP_CLASSES: np.zeros((2, 2), np.int32)}, info)
 
 
 def test_fields_of_one_image_stop_at_its_count() -> None:

@@ -1,12 +1,12 @@
-"""Pose, OBB and segmentation exports built with the defaults and served by the real embedded Triton return what Ultralytics'
-own predict returns on the same ONNX and the same images.
+"""Pose, OBB, segmentation and classification exports built with the defaults and served by the real embedded Triton return
+what Ultralytics' own predict returns on the same ONNX and the same images.
 
 The exports are yolo11n-pose and yolo11n-obb from the packaged YAMLs (``tests/fixtures/ultralytics``, refilled so
 that the synthetic scenes give detections: a comparison of two empty outputs would prove nothing, and the test
 asserts there are some). What predict returned is recorded by ``tests/fixtures/ultralytics/predict.py`` in the
 Ultralytics environment (CI has none); the test first checks that the fixture and the scene pixels are those the
 record was made from. Tolerances are the issue's: boxes and keypoints within 1 px, rotated boxes within 1 px and 1
-degree, masks (at the source size, RLE) at an IoU of 0.95 or more, classes equal.
+degree, masks (at the source size, RLE) at an IoU of 0.95 or more, classes equal (a classifier's top 5 in order).
 """
 
 from __future__ import annotations
@@ -24,7 +24,16 @@ from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.server.embedded import EmbeddedServer
 from generator.server.ports import free_port
-from generator.serving.contract import IMAGE, KEYPOINTS, MASK_SIZE, MASKS, ROTATED_BOXES, TASK_OUTPUTS
+from generator.serving.contract import (
+    IMAGE,
+    KEYPOINTS,
+    MASK_SIZE,
+    MASKS,
+    ROTATED_BOXES,
+    TASK_OUTPUTS,
+    TOP_CLASSES,
+    TOP_SCORES,
+)
 from generator.synthetic import encode
 from tests.fixtures import ultralytics as fixtures
 from tests.fixtures.ultralytics.predict import (
@@ -78,6 +87,10 @@ def recorded(key: str) -> dict[str, object]:
 
 
 def _same_detections(got: dict[str, np.ndarray], expected: dict[str, list], task: str) -> int:
+    if task == "classify":
+        np.testing.assert_array_equal(got[TOP_CLASSES], expected["classes"])
+        np.testing.assert_allclose(got[TOP_SCORES], expected["scores"], atol=SCORE_TOLERANCE)
+        return len(expected["classes"])
     count = int(got["num_detections"][0])
     assert count == len(expected["scores"])
     np.testing.assert_array_equal(got["detection_classes"][:count], expected["classes"])
@@ -121,7 +134,12 @@ def test_served_task_outputs_equal_ultralytics_predict(server: EmbeddedServer, k
                                            TASK_FIXTURES[key]))
         except AssertionError as exc:
             raise AssertionError(f"{key} scene {index}: {exc}") from exc
-    assert max(counts) >= 3 and sum(counts) >= 10, f"{key}: too few detections to compare ({counts})"
+    if TASK_FIXTURES[key] == "classify":  # the scenes are told apart: not one answer for every image
+        answers: list[dict[str, list]] = entry["images"]  # type: ignore[assignment]
+        assert len({tuple(answer["classes"]) for answer in answers}) >= 3
+        assert len({round(answer["scores"][0], 3) for answer in answers}) >= 5
+    else:
+        assert max(counts) >= 3 and sum(counts) >= 10, f"{key}: too few detections to compare ({counts})"
 
 
 @pytest.mark.parametrize("key", list(TASK_FIXTURES))
@@ -131,6 +149,11 @@ def test_the_detection_client_reads_each_task_from_the_metadata(server: Embedded
     with DetectionClient(server.grpc_url, model=model_name(key)) as client:
         result = client.detect(image)
         assert client.model_info.task == TASK_FIXTURES[key]
+    if key == "classify-static":
+        assert len(result) == 0 and [c.class_id for c in result.top] == raw[TOP_CLASSES].tolist()
+        np.testing.assert_allclose([c.score for c in result.top], raw[TOP_SCORES])
+        assert result.top[0].class_name == str(raw[TOP_CLASSES][0])  # the fixture's names are its indices
+        return
     count = int(raw["num_detections"][0])
     assert len(result) == count >= 3
     first = result.detections[0]
@@ -168,3 +191,11 @@ def test_a_bad_image_fails_alone_and_the_task_ensemble_keeps_serving(server: Emb
     with pytest.raises(InferenceServerException, match="invalid image"):
         served(server, "seg-static", good[: len(good) // 2])
     assert int(served(server, "seg-static", good)["num_detections"][0]) > 0
+
+
+def test_validate_through_triton_reads_the_classifiers_top_classes(server: EmbeddedServer) -> None:
+    from generator.operate.served_check import served_top_classes
+
+    images = [encode(image, ".png") for image in scene_images()]
+    top = served_top_classes(server.grpc_url, model_name("classify-static"), images)
+    assert top.tolist() == [image["classes"] for image in recorded("classify-static")["images"]]  # type: ignore[attr-defined]

@@ -181,6 +181,8 @@ class BuildOptions:
     iou_threshold: float = option(0.45, "--iou-threshold", "NMS overlap threshold", above=0.0, high=1.0)
     max_detections: int = option(100, "--max-detections", "boxes returned per image (outputs are padded)",
                                  low=1, high=10000)
+    top_k: int = option(5, "--top-k", "classification exports: the best classes returned per image (at most the "
+                        "class count)", low=1, high=10000)
     image_size: tuple[int, int] | None = option(
         None, "--imgsz", "input size for models with dynamic spatial axes (default: ONNX metadata)",
         nargs=2, metavar=("HEIGHT", "WIDTH"), low=32, high=8192)

@@ -57,11 +57,16 @@ def _frame() -> bytes:
 def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptions,
                 frames: list[bytes]) -> dict[str, float]:
     from generator.serving.batch import prepare_batch, to_float_nchw
+    from generator.serving.crop import center_crop_into
+    from generator.serving.letterbox import letterbox_into
     from generator.serving.runner import OnnxRunner, session_threads
-    from generator.serving.tasks import HeadSpec, postprocess_task
+    from generator.serving.tasks import HeadSpec, postprocess_task, top_classes
+
+    classify = info.task == "classify"  # the centre crop at full decode and the top-k, as the steps serve it
 
     def preprocess() -> tuple[np.ndarray, np.ndarray]:
-        batch = prepare_batch(frames, info.image_size, reduced_decode=options.reduced_decode)
+        batch = prepare_batch(frames, info.image_size, reduced_decode=options.reduced_decode and not classify,
+                              place=center_crop_into if classify else letterbox_into)
         if options.normalise_in == "graph":
             return batch.images, batch.letterbox
         return to_float_nchw(batch.images, np.dtype(info.input.numpy_dtype)), batch.letterbox
@@ -79,6 +84,9 @@ def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptio
         raw = outputs[runner.output_names.index(info.output.name)]
         protos = outputs[runner.output_names.index(info.protos.name)] if info.protos else None
         steps["detector"] = _median_ms(lambda: runner.run(images))
+    if classify:
+        steps["nms"] = _median_ms(lambda: top_classes(raw, options.top_k))
+        return steps
     spec = HeadSpec(info.layout, info.num_classes, info.kpt_shape)
     steps["nms"] = _median_ms(lambda: postprocess_task(raw, spec, letterbox, options.conf_threshold,
                                                        options.iou_threshold, options.max_detections, protos))

@@ -1,4 +1,5 @@
-"""Triton model: decode the head (detection, pose or OBB) and run NMS for all queued requests at once."""
+"""Triton model: decode the head (detection, pose, OBB or segmentation) and run NMS for all queued requests at
+once; a classifier's step returns its top-k classes instead."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from ensemble_common import StepMetrics, counted, failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.contract import BOXES, CLASSES, LETTERBOX, NUM_DETECTIONS, SCORES
-from ensemble_pipeline.tasks import head_spec, postprocess_task
+from ensemble_pipeline.tasks import head_spec, postprocess_task, top_classes
 from ensemble_pipeline.telemetry import nms_series, output_counts
 
 
@@ -24,6 +25,8 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
             raw, sizes = stack_inputs(requests, self.raw_name)
+            if self.spec.layout == "classify":  # no detections: the quality series stay detection-only
+                return split_responses(top_classes(raw, self.spec.top_k), sizes)
             letterbox, _ = stack_inputs(requests, LETTERBOX)
             protos = stack_inputs(requests, self.protos_name)[0] if self.protos_name else None
             found = postprocess_task(raw, self.spec, letterbox, self.conf, self.iou, self.max_det, protos)

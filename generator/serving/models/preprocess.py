@@ -29,7 +29,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from ensemble_common import StepMetrics, counted, failed, parameters
 from ensemble_pipeline.batch import prepare_batch, to_float_nchw
+from ensemble_pipeline.crop import center_crop_into
 from ensemble_pipeline.images import DecodeBudget, ImageLimits, measure_decode_speed
+from ensemble_pipeline.letterbox import letterbox_into
 from ensemble_pipeline.telemetry import preprocess_series, rejection_counts
 
 # Triton runs several models side by side; OpenCV's own thread pool would oversubscribe the cores.
@@ -48,6 +50,8 @@ class TritonPythonModel:
             decode_budget=self._decode_budget(float(params["max_decode_ms"])),
         )
         self.reduced_decode = params["reduced_decode"] == "true"
+        # A classifier's input is the centre crop of the image resized as Ultralytics' classify predict does.
+        self.place = center_crop_into if params.get("resize", "letterbox") == "center_crop" else letterbox_into
         # uint8: letterboxed BGR NHWC, normalised inside the detector graph; otherwise float NCHW RGB /255.
         self.output_dtype = np.dtype(params["output_dtype"])
         self.prepare: Callable[[list[bytes]], Any] = self._prepare_on_cpu
@@ -64,7 +68,7 @@ class TritonPythonModel:
             self.images_tensor = pb_utils.Tensor.from_dlpack  # stays on the GPU: the detector reads it there
 
     def _prepare_on_cpu(self, encoded: list[bytes]) -> Any:
-        return prepare_batch(encoded, self.target, self.limits, self.reduced_decode)
+        return prepare_batch(encoded, self.target, self.limits, self.reduced_decode, self.place)
 
     @staticmethod
     def _host_tensor(name: str, array: np.ndarray) -> Any:

@@ -106,3 +106,15 @@ def test_cli_says_so_in_one_line_when_no_server_answers(capsys, tmp_path):
     assert main([str(video), "--url", f"127.0.0.1:{free_port()}", "--timeout", "0.5"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and "not ready" in err[-1]
+
+
+def test_a_classifiers_answer_carries_its_top_classes():
+    from clients.detection import Classification
+    from clients.stream.output import answer_record
+
+    image = np.zeros((8, 8, 3), np.uint8)
+    result = DetectionResult((), (Classification(3, "dog", 0.5),))
+    record = answer_record(Answer("cam", Frame(0, time.monotonic(), 1.0, 0.0, image=image), encode_jpeg(image),
+                                  result, 1.0))
+    assert record["detections"] == [] and record["top"] == [{"class_id": 3, "class_name": "dog", "score": 0.5}]
+    assert "top" not in answer_record(answer(0, image))

@@ -219,8 +219,9 @@ def test_static_batch_three_on_onnxruntime_writes_nothing(tmp_path: Path) -> Non
 
 
 def test_unsupported_model_writes_nothing(tmp_path: Path) -> None:
-    path = save(make_bad_rank_model(), tmp_path / "classifier.onnx")
-    with pytest.raises(ModelInspectionError, match=r"classifier.onnx is an Ultralytics 'classify' export .*; the ensemble serves the tasks"):
+    path = save(make_bad_rank_model({"task": "depth"}), tmp_path / "classifier.onnx")
+    with pytest.raises(ModelInspectionError, match=r"the ONNX metadata says task 'depth'; the ensemble serves the "
+                       r"Ultralytics tasks detect"):
         build_repository(path, tmp_path / "repo", BuildOptions())
     assert list(tmp_path.iterdir()) == [path]
 

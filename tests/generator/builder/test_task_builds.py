@@ -15,11 +15,12 @@ from generator.builder.spec.options import BuildOptions, Target, TensorRTOptions
 from generator.serving.contract import TASK_OUTPUTS
 from tests.fixtures import ultralytics as fixtures
 
-TASKS = {"pose": "pose", "obb": "obb", "seg": "segment"}
+TASKS = {"pose": "pose", "obb": "obb", "seg": "segment", "classify": "classify"}
 
 
 @pytest.mark.parametrize(("head", "target"), [("pose", "onnxruntime"), ("obb", "onnxruntime"),
-                                              ("seg", "onnxruntime"), ("pose", "tensorrt"), ("obb", "tensorrt")])
+                                              ("seg", "onnxruntime"), ("pose", "tensorrt"), ("obb", "tensorrt"),
+                                              ("classify", "onnxruntime"), ("classify", "tensorrt")])
 def test_a_task_head_builds_with_its_outputs_on_the_ensemble(head: str, target: Target, tmp_path: Path) -> None:
     options = BuildOptions(name="m", target=target, service_ms=50.0,
                            tensorrt=TensorRTOptions(defer_plan=target == "tensorrt"))
@@ -27,3 +28,19 @@ def test_a_task_head_builds_with_its_outputs_on_the_ensemble(head: str, target: 
     ensemble = text_format.Parse((tmp_path / "repo" / "m" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert [o.name for o in ensemble.output] == list(TASK_OUTPUTS[TASKS[head]])
     assert {p: v.string_value for p, v in ensemble.parameters.items()}["task"] == TASKS[head]
+
+
+def test_a_classifier_crops_and_returns_its_top_k(tmp_path: Path) -> None:
+    """The preprocess step crops at full decode; the last step and the ensemble carry only the top-k outputs, k at
+    most the class count."""
+    options = BuildOptions(name="m", service_ms=50.0, top_k=3)
+    build_repository(fixtures.write("classify-static", tmp_path), tmp_path / "repo", options)
+
+    def config(model: str) -> mc.ModelConfig:
+        return text_format.Parse((tmp_path / "repo" / model / "config.pbtxt").read_text(), mc.ModelConfig())
+
+    preprocess = {p: v.string_value for p, v in config("m_preprocess").parameters.items()}
+    assert (preprocess["resize"], preprocess["reduced_decode"]) == ("center_crop", "false")
+    for model in ("m", "m_nms"):
+        assert [(o.name, list(o.dims)) for o in config(model).output] == [("top_classes", [3]), ("top_scores", [3])]
+    assert {p: v.string_value for p, v in config("m_nms").parameters.items()}["top_k"] == "3"

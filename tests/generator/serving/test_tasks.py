@@ -143,3 +143,16 @@ def test_rotated_nms_in_small_chunks_of_pairs_keeps_the_same_boxes(monkeypatch: 
     whole = rotated_nms(xywhr, scores, groups, 0.45)
     monkeypatch.setattr(tasks, "PAIR_CHUNK", 7)
     np.testing.assert_array_equal(rotated_nms(xywhr, scores, groups, 0.45), whole)
+
+
+def test_a_classifier_returns_its_best_classes_best_first_and_ties_by_class() -> None:
+    from generator.serving.contract import TOP_CLASSES, TOP_SCORES
+    from generator.serving.tasks import top_classes
+
+    probabilities = np.array([[0.1, 0.5, 0.1, 0.3], [0.25, 0.25, 0.25, 0.25]], dtype=np.float32)
+    found = top_classes(probabilities, 3)
+    np.testing.assert_array_equal(found[TOP_CLASSES], [[1, 3, 0], [0, 1, 2]])
+    np.testing.assert_array_equal(found[TOP_SCORES], np.array([[0.5, 0.3, 0.1], [0.25, 0.25, 0.25]], np.float32))
+    assert found[TOP_CLASSES].dtype == np.int32 and found[TOP_SCORES].dtype == np.float32
+    with pytest.raises(ValueError, match="non-finite probability"):
+        top_classes(np.array([[np.nan, 1.0]], dtype=np.float32), 1)

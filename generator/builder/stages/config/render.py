@@ -20,8 +20,10 @@ from generator.builder.stages.config.detector_io import (
 )
 from generator.builder.stages.config.load_rules import check_ensemble_wiring, parse
 from generator.builder.stages.config.task_io import (
+    classifies,
     task_ensemble_parameters,
     task_outputs,
+    task_preprocess_parameters,
     task_step_parameters,
 )
 from generator.errors import ConfigError
@@ -188,6 +190,7 @@ def _preprocess_context(info: DetectorInfo, options: BuildOptions, io: DetectorI
             "reduced_decode": "true" if options.reduced_decode else "false",
             "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
             **({"preprocess_device": "gpu"} if options.preprocess_device == "gpu" else {}),
+            **task_preprocess_parameters(info),
             **parameters,
         },
     }
@@ -216,14 +219,15 @@ def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, para
         "protos": {"name": io.protos.name, "data_type": io.protos.data_type, "dims": list(io.item_protos_dims)}
         if io.protos else None,
         "max_detections": options.max_detections,
-        "task_outputs": task_outputs(info, options.max_detections),
+        "task_outputs": task_outputs(info, options.max_detections, options.top_k),
+        "classify": classifies(info),
         "instances": options.nms_instances,
         "parameters": {
             "layout": info.layout,
             "conf_threshold": repr(options.conf_threshold),
             "iou_threshold": repr(options.iou_threshold),
             "max_detections": str(options.max_detections),
-            **task_step_parameters(info),
+            **task_step_parameters(info, options.top_k),
             **parameters,
         },
     }
@@ -312,7 +316,8 @@ def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: Build
         name=options.name,
         max_batch_size=max_batch,
         max_detections=options.max_detections,
-        task_outputs=task_outputs(info, options.max_detections),
+        task_outputs=task_outputs(info, options.max_detections, options.top_k),
+        classify=classifies(info),
         preprocess=names["preprocess"],
         detector=names["detector"],
         nms=names["nms"],

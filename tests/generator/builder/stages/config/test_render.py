@@ -316,7 +316,7 @@ def test_strict_undefined_raises_on_a_missing_variable() -> None:
         template.render(name="x", max_batch_size=1, raw_name="o", raw_dtype="TYPE_FP32", raw_dims=[6, 64],
                         instances=1, instance_kind="KIND_CPU", queue_delay_us=0, queue_timeout_us=0,
                         max_queue_size=0, priority_levels=2, default_priority_level=2, probe_priority_level=1,
-                        parameters={}, protos=None)
+                        parameters={}, protos=None, classify=False)
 
 
 def test_unknown_field_in_a_config_is_refused() -> None:
