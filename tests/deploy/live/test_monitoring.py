@@ -75,8 +75,12 @@ def test_quality_and_watchdog_metrics_are_queryable(stack: LiveStack, scenes: li
                          lambda: [s for s in series(f'sum({IMAGES_METRIC}{{model=~"yolo(_v[0-9]+)?_nms"}})')
                                   if float(s["value"][1]) >= len(scenes)])
     assert float(images[0]["value"][1]) >= len(scenes)
-    counts = series(f'sum({DETECTIONS_METRIC}_count{{model=~"yolo(_v[0-9]+)?_nms"}})')
-    assert counts and float(counts[0]["value"][1]) >= len(scenes)
+    # The histograms come from the watchdog's job (histogram_export.py), scraped on its own clock: the image
+    # counter above can be in Prometheus a scrape before the detections histogram is.
+    counts = _eventually("the ensemble's detections histogram (watchdog job)",
+                         lambda: [s for s in series(f'sum({DETECTIONS_METRIC}_count{{model=~"yolo(_v[0-9]+)?_nms"}})')
+                                  if float(s["value"][1]) >= len(scenes)])
+    assert float(counts[0]["value"][1]) >= len(scenes)
     starts = series('triton_watchdog_server_starts_total{job="triton-watchdog"}')
     assert starts and float(starts[0]["value"][1]) >= 1
     assert series('nv_inference_request_success{job="triton",model="yolo"}')
