@@ -4,15 +4,16 @@
 #   PY=/path/to/bare-venv/bin/python bash tools/gpu/offline_rehearse.sh
 # It runs the calls `offline_run.sh plan` prints, in order, each exactly as printed (its command and what it
 # carries): each sees in .device/run only what it carries and runs under `unshare -n` (no network; root needed);
-# /tmp/tde-dry plays the device's /tmp. PY should be a Python with none of this project's dependencies, so that
+# $TMPDIR/tde-dry (default /tmp) plays the device's /tmp. PY should be a Python with none of this project's dependencies, so that
 # the archive's runtime has to be complete on its own.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 W=.device/run
-export TDE_TMP=/tmp/tde-dry OUT=/tmp/tde-dry/out DRY=1 PY=${PY:-python3}
+DRY_ROOT=${TMPDIR:-/tmp}/tde-dry
+export TDE_TMP=$DRY_ROOT OUT=$DRY_ROOT/out DRY=1 PY=${PY:-python3}
 PLAN=$(bash tools/gpu/offline_run.sh plan | grep '^  call ') || { echo "no plan: run prepare first"; exit 2; }
-STAGE=$(mktemp -d /tmp/tde-stage.XXXXXX)
-rm -rf /tmp/tde-dry && mv "$W" "$STAGE/run" || exit 2
+STAGE=$(mktemp -d "${TMPDIR:-/tmp}/tde-stage.XXXXXX")
+rm -rf "$DRY_ROOT" && mv "$W" "$STAGE/run" || exit 2
 trap 'rm -rf "$W"; mv "$STAGE/run" "$W" && rmdir "$STAGE"' EXIT
 call() {  # call "COMMAND" CARRIED...: one device call (CARRIED relative to .device/run)
   local command=$1 item start; shift

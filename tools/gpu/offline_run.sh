@@ -31,7 +31,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 2
 W=.device/run
-T=${TDE_TMP:-/tmp/tde}
+T=${TDE_TMP:-${TMPDIR:-/tmp}/tde}
 OUT=${OUT:-$T/out}
 DRY=${DRY:-0}
 PY=${PY:-python3}
