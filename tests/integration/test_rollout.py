@@ -12,15 +12,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from clients import NO_RETRY, DetectionClient
-from clients.canary import CanaryClient, Route, read_route, write_route
+from clients.canary import Route, read_route, write_route
 from generator.builder.spec.options import BuildOptions
 from generator.builder.versioned import add_version
 from generator.operate.admin import ModelControl
@@ -29,50 +27,11 @@ from generator.operate.rollout.arguments import control_images
 from generator.operate.rollout.mirror import mirror
 from generator.operate.rollout.workflow import RolloutSettings, rollback, rollout
 from generator.repository.versions import ROUTE_NAME, read_index
-from generator.synthetic import encode, make_scene
-from tests.helpers import LoadTally, TalliedLoad
+from generator.synthetic import encode
+from tests.integration.rollout_load import KEY, WINDOW_S, SteadyLoad, rollout_scenes
 from tests.integration.serve_process import ROOT, ServeProcess
 
 pytestmark = pytest.mark.integration
-KEY = "5" * 64
-WINDOW_S = 8.0
-
-
-@dataclass
-class SteadyLoad(TalliedLoad):
-    """Two client threads sending scenes back to back through a CanaryClient that follows the route file."""
-
-    grpc_url: str
-    route_file: Path
-    images: list[bytes]
-    tally: LoadTally = field(default_factory=LoadTally)
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
-
-    def _run(self) -> None:
-        # No retries: a request the rollout drops must show as an error, not be hidden by a second attempt.
-        make = lambda model: DetectionClient(self.grpc_url, model=model, timeout_s=20, retry=NO_RETRY)  # noqa: E731
-        with CanaryClient(make, route_file=self.route_file) as client:
-            self.tally.send_until(self._stop, client.detect, self.images)
-            with self._lock:
-                for model, count in client.counts.items():
-                    self.counts[model] = self.counts.get(model, 0) + count
-
-    def __enter__(self) -> SteadyLoad:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=60)
-
-
 @pytest.fixture()
 def versioned(tmp_path: Path, demo_onnx: Path) -> Iterator[tuple[Path, ServeProcess]]:
     repository = tmp_path / "repository"
@@ -101,9 +60,7 @@ def control(serve: ServeProcess) -> ModelControl:
 
 @pytest.fixture(scope="module")
 def scenes() -> list[bytes]:
-    # Seven: every 4th request of a thread goes to the canary (25 %), so both sides see every scene.
-    rng = np.random.default_rng(19)
-    return [encode(make_scene(rng, 640, 480).image, ".jpg") for _ in range(7)]
+    return rollout_scenes()
 
 
 def test_a_healthy_candidate_is_promoted_and_rolled_back_by_hand_under_load(versioned, demo_onnx, scenes,

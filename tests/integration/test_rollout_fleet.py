@@ -21,10 +21,15 @@ from generator.operate.rollout.arguments import control_images
 from generator.operate.rollout.mirror import mirror
 from generator.operate.rollout.workflow import RolloutSettings, rollback, rollout
 from generator.repository.versions import ROUTE_NAME, read_index
+from tests.integration.rollout_load import KEY, WINDOW_S, SteadyLoad, rollout_scenes
 from tests.integration.serve_process import ServeProcess
-from tests.integration.test_rollout import KEY, WINDOW_S, SteadyLoad, scenes  # noqa: F401 -- the fixture
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def scenes() -> list[bytes]:
+    return rollout_scenes()
 
 
 @pytest.fixture()
@@ -50,7 +55,7 @@ def _one(serve: ServeProcess) -> ModelControl:
 
 
 def test_the_fleet_rollout_promotes_on_every_server_and_the_rollback_reaches_every_server(
-        two_servers, demo_onnx, scenes, monkeypatch) -> None:  # noqa: F811 -- scenes is the fixture
+        two_servers, demo_onnx, scenes, monkeypatch) -> None:
     repository, servers = two_servers
     fleet = FleetControl(lambda: [(s.http_url, f"127.0.0.1:{s.metrics_port}") for s in servers], KEY)
     add_version(demo_onnx, repository, BuildOptions(name="yolo", max_queue_ms=5000))
