@@ -68,9 +68,16 @@ WATCHDOG_METRICS = frozenset(
         "triton_watchdog_server_starts_total", "triton_watchdog_healthy", "triton_watchdog_start_time_seconds",
     }
 )
-KNOWN_METRICS = TRITON_METRICS | QUALITY_METRICS | WATCHDOG_METRICS | GPU_METRICS
+# A Jetson's own series beside the gpu_* names it shares with NVML's exporter (generator/server/jetson_metrics.py).
+JETSON_METRICS = frozenset(
+    {
+        "jetson_cpu_utilization_ratio", "jetson_swap_used_bytes", "jetson_emc_utilization_ratio",
+        "jetson_temperature_celsius", "jetson_rail_power_watts", "jetson_power_mode",
+    }
+)
+KNOWN_METRICS = TRITON_METRICS | QUALITY_METRICS | WATCHDOG_METRICS | GPU_METRICS | JETSON_METRICS
 
-_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog|gpu)_[a-z_]+)\b")
+_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog|gpu|jetson)_[a-z_]+)\b")
 
 
 def metric_names(expr: str) -> set[str]:
