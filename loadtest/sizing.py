@@ -112,6 +112,9 @@ class MemoryWatch:
     interval_s: float = 0.5
     rss_peak_mb: float | None = None
     vram_peak_mb: float | None = None
+    # The peaks since begin_level(): each level's own, for the memory budget (loadtest/memory_budget.py).
+    level_rss_peak_mb: float | None = None
+    level_vram_peak_mb: float | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _gpus: Any = None  # one NVML monitor for the whole watch (made on the first sample)
@@ -132,6 +135,16 @@ class MemoryWatch:
             self._stop.wait(self.interval_s)
 
     def sample(self) -> None:
+        rss, vram = self.now()
+        if rss is not None:
+            self.rss_peak_mb = max(self.rss_peak_mb or 0.0, rss)
+            self.level_rss_peak_mb = max(self.level_rss_peak_mb or 0.0, rss)
+        if vram is not None:
+            self.vram_peak_mb = max(self.vram_peak_mb or 0.0, vram)
+            self.level_vram_peak_mb = max(self.level_vram_peak_mb or 0.0, vram)
+
+    def now(self) -> tuple[float | None, float | None]:
+        """(RSS of the server's process tree, GPU memory of those processes) in MiB; None where not measured."""
         from generator.server.gpu_metrics import GpuMonitor
 
         from .vram import gpu_memory_used_mb
@@ -139,12 +152,12 @@ class MemoryWatch:
         if self._gpus is None:
             self._gpus = GpuMonitor()
         pids = process_tree(self.server_pid) if self.server_pid else {}
-        if pids:
-            rss = sum(pids.values()) / 2**20
-            self.rss_peak_mb = max(self.rss_peak_mb or 0.0, rss)
-        vram = gpu_memory_used_mb(set(pids) if pids else None, self._gpus)
-        if vram is not None:
-            self.vram_peak_mb = max(self.vram_peak_mb or 0.0, vram)
+        rss = sum(pids.values()) / 2**20 if pids else None
+        return rss, gpu_memory_used_mb(set(pids) if pids else None, self._gpus)
+
+    def begin_level(self) -> None:
+        """Start a level's own peaks from the memory in use now."""
+        self.level_rss_peak_mb, self.level_vram_peak_mb = self.now()
 
 
 def process_tree(pid: int) -> dict[int, int]:
