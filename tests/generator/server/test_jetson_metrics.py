@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,34 @@ def test_the_alert_rules_fire_on_a_hot_full_capped_jetson(tmp_path: Path) -> Non
     result = subprocess.run([promtool, "test", "rules", "test.yml"], capture_output=True, text=True, cwd=tmp_path,
                             check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_monitor_follows_tegrastats_and_the_watchdog_exports_it(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """The host tools replayed: a script printing the recorded lines as tegrastats would, and nvpmodel's answer."""
+    tegrastats = tmp_path / "tegrastats"
+    tegrastats.write_text(f"#!/bin/sh\ncat {FIXTURES / 'orin-nano-jp6.txt'}\nexec sleep 5\n")
+    nvpmodel = tmp_path / "nvpmodel"
+    nvpmodel.write_text("#!/bin/sh\nprintf 'NV Power Mode: 15W\\n0\\n'\n")
+    for tool in (tegrastats, nvpmodel):
+        tool.chmod(0o755)
+    monkeypatch.setenv("JETSON_TEGRASTATS", str(tegrastats))
+    monkeypatch.setenv("JETSON_NVPMODEL", str(nvpmodel))
+    monitor = jetson_metrics.JetsonMonitor()
+    assert monitor.mode == "15W" and monitor.render() == ""  # nothing read yet: absent, not 0
+    monitor.start()
+    deadline = time.monotonic() + 10
+    while "0.99" not in monitor.render() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    got = values(monitor.render())
+    assert got[("gpu_utilization_ratio", G)] == 0.99 and got[("jetson_power_mode", (("mode", "15W"),))] == 1
+
+    from generator.server import watchdog
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: the watchdog's GPU series turn to the Jetson
+    series = watchdog.jetson_series()
+    assert series is not None
+    deadline = time.monotonic() + 10
+    while "jetson_rail_power_watts" not in series() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 'jetson_rail_power_watts{rail="VDD_IN"}' in series()
