@@ -102,6 +102,7 @@ def memory_lines(memory: dict[str, Any]) -> list[str]:
 
     lines = [f"memory per stream: RSS +{mib(memory.get('rss_per_stream_mb'))} over {mib(memory.get('idle_rss_mb'))} "
              f"idle, VRAM " + ("absent (no NVML or no GPU)" if memory.get("idle_vram_mb") is None else
+                               f"({memory.get('vram_source') or 'nvml'}) "
                                f"+{mib(memory.get('vram_per_stream_mb'))} over {mib(memory.get('idle_vram_mb'))} idle")]
     budget = memory.get("budget") or {}
     for what, key, within in (("RAM", "ram_mb", "streams_within_ram_budget"),

@@ -66,7 +66,7 @@ def run_sizing(target: Target, frames: list[bytes], plan: Ramp) -> dict[str, Any
         "alpha_ms": round(t_frame - t_inf, 2) if t_frame is not None and t_inf is not None else None,
         "memory": {"rss_peak_mb": None if watch.rss_peak_mb is None else round(watch.rss_peak_mb, 1),
                    "vram_peak_mb": None if watch.vram_peak_mb is None else round(watch.vram_peak_mb, 1),
-                   "server_pid": plan.server_pid,
+                   "server_pid": plan.server_pid, "vram_source": watch.vram_source,
                    **memory_record([levels[n] for n in sorted(levels)],
                                    {"rss_mb": None if idle_rss is None else round(idle_rss, 1),
                                     "vram_mb": None if idle_vram is None else round(idle_vram, 1)}, plan.budget)},

@@ -197,3 +197,8 @@ class JetsonMonitor:
     def render(self) -> str:
         with self._lock:
             return "" if self._last is None else render(self._last, self.mode)
+
+    def ram_used_bytes(self) -> float | None:
+        """The board's RAM in use at the last line (CPU and GPU allocations alike); None before the first."""
+        with self._lock:
+            return None if self._last is None else self._last.ram_used_bytes

@@ -69,10 +69,14 @@ def _budget(args: argparse.Namespace, server_pid: int | None) -> MemoryBudget | 
                             "plain (non-TLS) URL of a server listening here")
     if budget.vram_bytes is not None:
         from generator.server.gpu_metrics import GpuMonitor
+        from generator.server.jetson_metrics import JetsonUnavailable, find_tool
 
         monitor = GpuMonitor()
         if not monitor.available:
-            raise LoadTestError(f"--vram-budget needs GPU memory counters: {monitor.unavailable}")
+            try:
+                find_tool("JETSON_TEGRASTATS", "/usr/bin/tegrastats")  # a Jetson: the board's shared RAM
+            except JetsonUnavailable as exc:
+                raise LoadTestError(f"--vram-budget needs GPU memory counters: {monitor.unavailable}; {exc}") from None
     return budget
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from loadtest.errors import LoadTestError
@@ -52,3 +54,26 @@ def test_per_stream_rate_streams_within_and_the_limit_met_first() -> None:
     lines = memory_lines(memory)
     assert lines[0].startswith("memory per stream: RSS +100 MiB over 1200 MiB idle, VRAM absent")
     assert "RAM budget 1400 MiB: 2 streams" in lines[1] and lines[-1] == "limit met first: memory"
+
+
+def test_on_a_jetson_the_gpu_memory_is_the_boards_shared_ram(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No NVML here; a replayed tegrastats line (tests/fixtures/tegrastats) stands for the board's own tool."""
+    import argparse
+    import sys
+
+    from loadtest.commands.sizing import _budget
+    from loadtest.sizing import MemoryWatch
+
+    line = (Path(__file__).parents[1] / "fixtures" / "tegrastats" / "orin-nano-jp6.txt").read_text().splitlines()[0]
+    tool = tmp_path / "tegrastats"
+    tool.write_text(f"#!/bin/sh\necho '{line}'\nexec sleep 5\n")
+    tool.chmod(0o755)
+    args = argparse.Namespace(memory_budget=None, vram_budget="4GiB")
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setenv("JETSON_TEGRASTATS", str(tmp_path / "absent"))
+    with pytest.raises(LoadTestError, match="--vram-budget needs GPU memory counters"):
+        _budget(args, None)
+    monkeypatch.setenv("JETSON_TEGRASTATS", str(tool))
+    assert _budget(args, None) == MemoryBudget(vram_bytes=4 * 2**30)
+    watch = MemoryWatch(None)
+    assert watch.now() == (None, 2364.0) and watch.vram_source == "jetson board RAM (tegrastats)"
