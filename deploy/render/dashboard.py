@@ -243,6 +243,18 @@ def _health_specs(every: str) -> list[Spec]:
             "Power draw against the limit, temperature, and energy per detected image over 5 min.",
         ),
         (
+            "Jetson thermal zones, rails and CPU",
+            "short",
+            [
+                ("max by (zone) (jetson_temperature_celsius)", "°C {{zone}}"),
+                ("max by (rail) (jetson_rail_power_watts)", "W {{rail}}"),
+                ("avg(jetson_cpu_utilization_ratio) * 100", "CPU % (mean of online cores)"),
+                ("max by (mode) (jetson_power_mode)", "power mode {{mode}}"),
+            ],
+            "A Jetson's own counters (tegrastats, nvpmodel): every thermal zone, every power rail, the CPU and the "
+            "power mode in force. Empty off a Jetson; its GPU, RAM and input power are in the GPU panels.",
+        ),
+        (
             "Watchdog restarts",
             "short",
             [
