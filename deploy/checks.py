@@ -15,6 +15,7 @@ from typing import Any
 from deploy import policy, validate
 from deploy.composefile import load_compose, parse_env
 from deploy.errors import CheckError
+from deploy.policy import jetson as jetson_policy
 from deploy.render.alerts import rule_groups
 from deploy.render.dashboard import KNOWN_METRICS, metric_names
 from deploy.render.files import K8S_ON_DEMAND_FILES, K8S_RESOURCE_FILES, NGINX_CONF, drift
@@ -28,6 +29,7 @@ CHECK_SECRETS = {
     "GRAFANA_ADMIN_PASSWORD": "check-password",
     "TRITON_BASE_DIGEST": "sha256:" + "0" * 64,
     "TENSORRT_BASE_DIGEST": "sha256:" + "0" * 64,
+    "JETSON_TRITON_DIGEST": "sha256:" + "0" * 64,
 }
 
 
@@ -39,6 +41,8 @@ def compose_problems(deploy_dir: Path, settings: Settings) -> list[str]:
         validate.compose_schema_errors(compose)
         + policy.compose_violations(compose, env, settings)
         + policy.compose_text_violations(text)
+        + jetson_policy.compose_violations(compose, env, settings, CHECK_SECRETS["TRITON_ADMIN_TOKEN"])
+        + jetson_policy.compose_text_violations(text)
         + policy.proxy_violations((deploy_dir / NGINX_CONF).read_text(encoding="utf-8"), settings)
     )
 
@@ -48,6 +52,9 @@ def dockerfile_problems(deploy_dir: Path, settings: Settings) -> list[str]:
     for image in policy.DOCKERFILES:
         path = deploy_dir / "docker" / f"{image}.Dockerfile"
         problems.extend(policy.dockerfile_violations(path.read_text(encoding="utf-8"), image, settings))
+    for image in jetson_policy.DOCKERFILES:
+        path = deploy_dir / "docker" / f"{image}.Dockerfile"
+        problems.extend(jetson_policy.jetson_dockerfile_violations(path.read_text(encoding="utf-8"), image, settings))
     for name in policy.LOCAL_DOCKERFILES:
         path = deploy_dir / "docker" / "local" / f"{name}.Dockerfile"
         problems.extend(policy.local_dockerfile_violations(path.read_text(encoding="utf-8"), f"local/{name}.Dockerfile"))

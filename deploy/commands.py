@@ -53,7 +53,7 @@ SERVER_CACHE = "/opt/tde"
 # The builders' images also run the rollout's one-shot container (deploy/entrypoints/rollout_job.py): the `rollout` extra is the
 # `build` extra plus the clients (mirrored control images) and a parser for Triton's metrics.
 IMAGE_EXTRAS = {"triton": ("serve",), "builder": ("rollout",), "loadtest": ("loadtest",), "triton-cpu": (),
-                "builder-cpu": ("rollout",)}
+                "builder-cpu": ("rollout",), "triton-jetson": ("serve",), "builder-jetson": ("build",)}
 
 
 def image_extras(settings: Settings, image: str) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from typing import Any
 from deploy.errors import SettingsError
 from generator.builder.spec.declarations import declared
 from generator.builder.spec.options import (
+    PRECISIONS,
     BuildOptions,
     Device,
     NormaliseIn,
@@ -256,6 +257,26 @@ class Settings:
     gpu_ulimit_memlock: int = -1
     gpu_ulimit_stack: int = 67108864
 
+    # --- Jetson profile (deploy/jetson.py, docs/EDGE.md; rendered and checked here, not run: no Jetson) ------
+    # nvcr.io/nvidia/tritonserver:<jetson_release>-py3-igpu: Triton's JetPack containers (published since 23.11,
+    # each built on the JetPack current at its release; NVIDIA's Frameworks Support Matrix pairs tag and JetPack).
+    # Its digest is required at deploy time like the NGC x86 pins above: no public source readable from here lists
+    # it, so it is never guessed. On the Jetson:
+    #   docker buildx imagetools inspect nvcr.io/nvidia/tritonserver:26.08-py3-igpu --format '{{json .Manifest.Digest}}'
+    jetson_release: str = "26.08"
+    jetson_triton_digest: str = ""
+    # The plan is built on the device at first start (TensorRT plans the memory of the worst case its profile
+    # admits): static shapes by default, batch 1 and the ONNX's own input size; jetson_image_size "HxW" (multiples
+    # of 32) for a model with dynamic spatial axes sized to the camera: one plan per camera resolution.
+    # Empty: `precision`'s (FP16 by default), so one model's accuracy gate covers both GPU builds.
+    jetson_precision: str = ""
+    jetson_max_batch: int = 1
+    jetson_image_size: str = ""
+    # The TensorRT builder's scratch memory: the GPU shares the board's RAM (8 GiB on an Orin Nano).
+    jetson_workspace_mib: int = 1024
+    # Alert when a Jetson temperature zone (tegrastats) stays above this: the SoC throttles near its trip points.
+    alert_jetson_temperature_celsius: int = 85
+
     # --- kubernetes ---------------------------------------------------------------------------
     kubernetes_version: str = "1.33"
     # Which stack the Deployment runs: "gpu" (the NGC images, a TensorRT plan per node) or "cpu" (the slim CPU
@@ -289,6 +310,7 @@ class Settings:
         _check_kubernetes(self)
         _check_telemetry(self)
         _check_canary(self)
+        _check_jetson(self)
 
     # --- derived values ---------------------------------------------------------------------------
     @property
@@ -329,6 +351,11 @@ class Settings:
     def tensorrt_base_image(self) -> str:
         """Same release as Triton, so the plan's TensorRT version matches the server's."""
         return f"nvcr.io/nvidia/tensorrt:{self.triton_release}-py3"
+
+    @property
+    def jetson_build_precision(self) -> Precision:
+        """The Jetson plan's precision: ``jetson_precision``, or the GPU stack's ``precision``."""
+        return typing.cast(Precision, self.jetson_precision or self.precision)
 
     @property
     def restricted_api_groups(self) -> tuple[str, ...]:
@@ -425,7 +452,7 @@ def _check_domain_data(s: Settings) -> None:
     """Your own model is gated (FP16/INT8) and calibrated (INT8) on your images, as `generator build` requires."""
     if s.detector_onnx == DEMO_DETECTOR:
         return
-    precisions = {s.precision, s.cpu_precision}
+    precisions = {s.precision, s.cpu_precision, s.jetson_build_precision}
     if precisions != {"fp32"} and s.accuracy_gate and not s.validate_images:
         raise SettingsError(f"detector_onnx {s.detector_onnx} is your own model and a {'/'.join(sorted(precisions - {'fp32'}))} "
                             "build runs the accuracy gate: set validate_images (a folder of your domain's images in "
@@ -527,6 +554,38 @@ def _check_telemetry(s: Settings) -> None:
         s.trace_settings  # noqa: B018 -- validates the URL and the rate
     except TraceSettingsError as exc:
         raise SettingsError(f"trace_otlp_url / trace_rate: {exc}") from exc
+
+
+def _check_jetson(s: Settings) -> None:
+    if release_tuple(s.jetson_release) < release_tuple(MIN_TRITON_RELEASE):
+        raise SettingsError(f"jetson_release {s.jetson_release} predates the 2025 security fixes; use "
+                            f"{MIN_TRITON_RELEASE} or later")
+    if s.jetson_triton_digest and not is_digest(s.jetson_triton_digest):
+        raise SettingsError(f"jetson_triton_digest {s.jetson_triton_digest!r} must be sha256:<64 hex digits> (or empty)")
+    if not 256 <= s.jetson_workspace_mib <= 65536:
+        raise SettingsError(f"jetson_workspace_mib must be within 256..65536, got {s.jetson_workspace_mib}")
+    if not 40 <= s.alert_jetson_temperature_celsius <= 110:
+        raise SettingsError(f"alert_jetson_temperature_celsius must be within 40..110, got "
+                            f"{s.alert_jetson_temperature_celsius}")
+    if s.jetson_precision and s.jetson_precision not in PRECISIONS:
+        raise SettingsError(f"jetson_precision {s.jetson_precision!r} must be one of {', '.join(PRECISIONS)} (or empty: "
+                            "precision's)")
+    if not 1 <= s.jetson_max_batch <= 1024:
+        raise SettingsError(f"jetson_max_batch must be within 1..1024, got {s.jetson_max_batch}")
+    jetson_image_size(s)
+
+
+def jetson_image_size(s: Settings) -> tuple[int, int] | None:
+    """``jetson_image_size`` "HxW" as (height, width); None: the ONNX's own input size."""
+    if not s.jetson_image_size:
+        return None
+    match = re.fullmatch(r"(\d+)x(\d+)", s.jetson_image_size)
+    if match is None:
+        raise SettingsError(f"jetson_image_size {s.jetson_image_size!r} must look like 384x640 (height x width)")
+    size = (int(match.group(1)), int(match.group(2)))
+    if any(side < 32 or side % 32 for side in size):
+        raise SettingsError(f"jetson_image_size {s.jetson_image_size}: both sides must be multiples of 32 (YOLO strides)")
+    return size
 
 
 def _check_canary(s: Settings) -> None:

@@ -112,9 +112,13 @@ class MemoryWatch:
     interval_s: float = 0.5
     rss_peak_mb: float | None = None
     vram_peak_mb: float | None = None
+    # The peaks since begin_level(): each level's own, for the memory budget (loadtest/memory_budget.py).
+    level_rss_peak_mb: float | None = None
+    level_vram_peak_mb: float | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _gpus: Any = None  # one NVML monitor for the whole watch (made on the first sample)
+    _board: Any = None  # without NVML, a Jetson's tegrastats follower: the board's shared RAM is its GPU memory
 
     def start(self) -> MemoryWatch:
         self._thread = threading.Thread(target=self._run, daemon=True, name="sizing-memory")
@@ -132,19 +136,40 @@ class MemoryWatch:
             self._stop.wait(self.interval_s)
 
     def sample(self) -> None:
+        rss, vram = self.now()
+        if rss is not None:
+            self.rss_peak_mb = max(self.rss_peak_mb or 0.0, rss)
+            self.level_rss_peak_mb = max(self.level_rss_peak_mb or 0.0, rss)
+        if vram is not None:
+            self.vram_peak_mb = max(self.vram_peak_mb or 0.0, vram)
+            self.level_vram_peak_mb = max(self.level_vram_peak_mb or 0.0, vram)
+
+    def now(self) -> tuple[float | None, float | None]:
+        """(RSS of the server's process tree, GPU memory of those processes) in MiB; None where not measured."""
         from generator.server.gpu_metrics import GpuMonitor
 
-        from .vram import gpu_memory_used_mb
+        from .vram import gpu_memory_used_mb, jetson_board_memory
 
         if self._gpus is None:
             self._gpus = GpuMonitor()
+            self._board = None if self._gpus.available else jetson_board_memory()
         pids = process_tree(self.server_pid) if self.server_pid else {}
-        if pids:
-            rss = sum(pids.values()) / 2**20
-            self.rss_peak_mb = max(self.rss_peak_mb or 0.0, rss)
-        vram = gpu_memory_used_mb(set(pids) if pids else None, self._gpus)
-        if vram is not None:
-            self.vram_peak_mb = max(self.vram_peak_mb or 0.0, vram)
+        rss = sum(pids.values()) / 2**20 if pids else None
+        if self._board is not None:
+            board = self._board.ram_used_bytes()
+            return rss, None if board is None else board / 2**20
+        return rss, gpu_memory_used_mb(set(pids) if pids else None, self._gpus)
+
+    @property
+    def vram_source(self) -> str | None:
+        """What the GPU memory figure is: NVML's per-process memory, a Jetson board's RAM, or nothing."""
+        if self._gpus is None:
+            self.now()
+        return "nvml" if self._gpus.available else "jetson board RAM (tegrastats)" if self._board else None
+
+    def begin_level(self) -> None:
+        """Start a level's own peaks from the memory in use now."""
+        self.level_rss_peak_mb, self.level_vram_peak_mb = self.now()
 
 
 def process_tree(pid: int) -> dict[int, int]:

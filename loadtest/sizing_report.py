@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .memory_budget import MemoryBudget, memory_lines, memory_record
 from .sizing import Limits, MemoryWatch, Target, detector_ms_per_request, measure, predicted_streams, ramp
 from .sizing import snapshot_or_none as _snapshot
 
@@ -22,20 +23,27 @@ class Ramp:
     max_streams: int
     metrics_url: str | None
     server_pid: int | None
+    budget: MemoryBudget | None = None
 
 
 def run_sizing(target: Target, frames: list[bytes], plan: Ramp) -> dict[str, Any]:
     """Measure one stream (t_frame, t_inf), ramp, and collect everything the report needs."""
     levels: dict[int, dict[str, Any]] = {}
-    watch = MemoryWatch(plan.server_pid).start()
+    watch = MemoryWatch(plan.server_pid)
+    idle_rss, idle_vram = watch.now()  # before any stream: the footprint each level's peak is set against
+    watch.start()
 
     def level(n: int) -> dict[str, Any]:
         if n not in levels:
             before = _snapshot(plan.metrics_url) if n == 1 else None
+            watch.begin_level()
             result = measure(n, target, frames, plan.limits.fps, plan.warmup_s, plan.window_s)
+            watch.sample()
             if n == 1:
                 result["t_inf_ms"] = detector_ms_per_request(before, _snapshot(plan.metrics_url), target.model)
-            result["breaches"] = plan.limits.breaches(result)
+            result["rss_peak_mb"] = None if watch.level_rss_peak_mb is None else round(watch.level_rss_peak_mb, 1)
+            result["vram_peak_mb"] = None if watch.level_vram_peak_mb is None else round(watch.level_vram_peak_mb, 1)
+            result["breaches"] = plan.limits.breaches(result) + (plan.budget.breaches(result) if plan.budget else [])
             result["passed"] = not result["breaches"]
             result["rss_peak_mb_so_far"] = None if watch.rss_peak_mb is None else round(watch.rss_peak_mb, 1)
             levels[n] = result
@@ -58,7 +66,10 @@ def run_sizing(target: Target, frames: list[bytes], plan: Ramp) -> dict[str, Any
         "alpha_ms": round(t_frame - t_inf, 2) if t_frame is not None and t_inf is not None else None,
         "memory": {"rss_peak_mb": None if watch.rss_peak_mb is None else round(watch.rss_peak_mb, 1),
                    "vram_peak_mb": None if watch.vram_peak_mb is None else round(watch.vram_peak_mb, 1),
-                   "server_pid": plan.server_pid},
+                   "server_pid": plan.server_pid, "vram_source": watch.vram_source,
+                   **memory_record([levels[n] for n in sorted(levels)],
+                                   {"rss_mb": None if idle_rss is None else round(idle_rss, 1),
+                                    "vram_mb": None if idle_vram is None else round(idle_vram, 1)}, plan.budget)},
         "levels": [levels[n] for n in sorted(levels)],
     }
 
@@ -86,6 +97,7 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
                                       else f"{memory['rss_peak_mb']:.0f} MiB")
         + ", VRAM " + ("absent (no NVML or no GPU)" if memory["vram_peak_mb"] is None
                        else f"{memory['vram_peak_mb']:.0f} MiB"),
+        *memory_lines(memory),
     ]
     return lines
 

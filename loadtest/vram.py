@@ -3,7 +3,9 @@ where there is no NVML library or no GPU, so a CPU-only report says "absent" rat
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
+from typing import Any
 
 from generator.server.gpu_metrics import GpuMonitor
 
@@ -22,3 +24,22 @@ def gpu_memory_used_mb(pids: Collection[int] | None = None, monitor: GpuMonitor 
             return None
         return sum(value or 0.0 for value in used) / 2**20
     return sum(size for reading in readings for pid, size in reading.processes.items() if pid in pids) / 2**20
+
+
+def jetson_board_memory() -> Any:
+    """A started Jetson monitor (tegrastats) whose ``ram_used_bytes`` is the board's shared RAM, or None off a Jetson.
+
+    On a Jetson CPU and GPU share the RAM and CUDA's allocations are not all in a process's RSS: the board's total is
+    the GPU memory figure there (a whole-board reading: keep other work off it while sizing).
+    """
+    from generator.server.jetson_metrics import JetsonMonitor, JetsonUnavailable
+
+    try:
+        monitor = JetsonMonitor()
+    except JetsonUnavailable:
+        return None
+    monitor.start()
+    deadline = time.monotonic() + 3.0  # tegrastats prints its first line after one interval (1 s)
+    while monitor.ram_used_bytes() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return monitor

@@ -75,13 +75,17 @@ def onnx_path(build_flags: Sequence[str]) -> Path:
     return Path(DEMO_ONNX)
 
 
-def build_key(build_flags: Sequence[str]) -> str:
-    """What decides the repository's content, digested: ONNX bytes, build flags, generator code."""
+def build_key(build_flags: Sequence[str], key_files: Sequence[Path] = ()) -> str:
+    """What decides the repository's content, digested: ONNX bytes, build flags, generator code, and the
+    ``key_files`` of the host (the Jetson profile's L4T release file: a JetPack upgrade builds a new plan)."""
     onnx = onnx_path(build_flags)
     if not onnx.is_file():
         raise VolumeError(f"the detector ONNX {onnx} does not exist; bake it into the builder image")
+    missing = [str(path) for path in key_files if not path.is_file()]
+    if missing:
+        raise VolumeError(f"{', '.join(missing)} is not mounted; the build key reads it (docs/EDGE.md)")
     digest = hashlib.sha256()
-    for part in (sha256_file(onnx), "\0".join(build_flags), code_digest()):
+    for part in (sha256_file(onnx), "\0".join(build_flags), code_digest(), *(sha256_file(p) for p in key_files)):
         digest.update(part.encode() + b"\n")
     return digest.hexdigest()[:KEY_CHARS]
 
@@ -127,13 +131,13 @@ def remove_stale(volume: Path, keep: set[str], link: str) -> list[str]:
     return removed
 
 
-def install(volume: Path, link: str, build_flags: Sequence[str]) -> Path:
+def install(volume: Path, link: str, build_flags: Sequence[str], key_files: Sequence[Path] = ()) -> Path:
     """Steps 1-5 of the module docstring; returns the repository ``volume/link`` now points at."""
     if not volume.is_dir():
         raise VolumeError(f"{volume} is not a directory; mount the models volume there")
     if any(flag == "--output" or flag.startswith("--output=") for flag in build_flags):
         raise VolumeError("do not pass --output: the build goes to the volume's build-<key> directory")
-    name = BUILD_PREFIX + build_key(build_flags)
+    name = BUILD_PREFIX + build_key(build_flags, key_files)
     target = volume / name
     if target.is_dir() and _accepted(target):
         logger.info("%s already matches this machine and these settings; reusing it", target)
@@ -168,7 +172,8 @@ def _write_keys(volume: Path, keys: dict[str, int]) -> None:
     staged.replace(volume / KEYS_FILE)
 
 
-def install_version(volume: Path, link: str, build_flags: Sequence[str]) -> tuple[Path, int]:
+def install_version(volume: Path, link: str, build_flags: Sequence[str],
+                    key_files: Sequence[Path] = ()) -> tuple[Path, int]:
     """``--versioned``: add a version for these flags (or reuse the one built for them) and point ``link`` at the
     versioned repository; returns the repository and the version."""
     from generator.repository.versions import read_index
@@ -178,7 +183,7 @@ def install_version(volume: Path, link: str, build_flags: Sequence[str]) -> tupl
     if any(flag in ("--output", "--version", "--force") or flag.startswith(("--output=", "--version="))
            for flag in build_flags):
         raise VolumeError("do not pass --output, --version or --force: versions go to the volume's versions/")
-    repository, key = volume / VERSIONS_DIR, build_key(build_flags)
+    repository, key = volume / VERSIONS_DIR, build_key(build_flags, key_files)
     index = read_index(repository)
     keys = {k: v for k, v in _read_keys(volume).items() if index is not None and v in index.versions}
     version = keys.get(key)
@@ -216,10 +221,12 @@ def served_manifest(repository: Path) -> Path:
     return repository / f"{index.name}_v{index.stable}" / "manifest.json"
 
 
-def fill(volume: Path, link: str, build_flags: Sequence[str], *, versioned: bool) -> Path:
+def fill(volume: Path, link: str, build_flags: Sequence[str], *, versioned: bool,
+         key_files: Sequence[Path] = ()) -> Path:
     """What the builder container does: install the build, then write the proxy's in-flight limit for the build
     now served (deploy/proxy_admission.py); returns the repository ``volume/link`` points at."""
-    repository = install_version(volume, link, build_flags)[0] if versioned else install(volume, link, build_flags)
+    repository = (install_version(volume, link, build_flags, key_files)[0] if versioned
+                  else install(volume, link, build_flags, key_files))
     proxy_admission.write(volume, served_manifest(repository))
     return repository
 
@@ -230,12 +237,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--link", default="current", help="symlink Triton's --model-repository names")
     parser.add_argument("--versioned", action="store_true",
                         help="add a version to the volume's versioned repository instead of a new build-<key>")
+    parser.add_argument("--key-file", type=Path, action="append", default=[],
+                        help="a host file whose content joins the build key (the Jetson's L4T release file)")
     parser.add_argument("build_flags", nargs=argparse.REMAINDER, help="-- generator build flags")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="build_models: %(message)s", stream=sys.stderr)
     flags = args.build_flags[1:] if args.build_flags[:1] == ["--"] else args.build_flags
     try:
-        fill(args.volume, args.link, flags, versioned=args.versioned)
+        fill(args.volume, args.link, flags, versioned=args.versioned, key_files=args.key_file)
     except (VolumeError, GeneratorError, OSError, ValueError) as exc:
         print(f"build_models: {exc}", file=sys.stderr)
         return 1

@@ -110,6 +110,7 @@ def stack_env(settings: Settings, stack: LocalStack, credentials: Credentials | 
         "COMPOSE_PROFILES": ",".join(PROFILES[:2]),
         "TRITON_BASE_DIGEST": UNUSED_NGC_DIGEST,
         "TENSORRT_BASE_DIGEST": UNUSED_NGC_DIGEST,
+        "JETSON_TRITON_DIGEST": UNUSED_NGC_DIGEST,  # the jetson profile's base, interpolated but never built here
         "BUILD_NETWORK": stack.build_network,
         "BUILD_CA_BUNDLE": str(stack.ca_bundle()),
         "PROXY_MODELS_VOLUME": "model-repository-cpu",  # the rollout's split, in the CPU stack's volume

@@ -17,7 +17,7 @@ from deploy.policy.commands import (
 from deploy.settings import BUILD_TARGETS, Settings, is_digest, is_pinned
 
 SERVICES = {"pod", "proxy", "builder", "triton", "builder-cpu", "triton-cpu", "prometheus", "grafana",
-            "locust-master", "locust-worker", "rollout", "rollout-cpu"}
+            "locust-master", "locust-worker", "rollout", "rollout-cpu", "builder-jetson", "triton-jetson"}
 # The rollout's one-shot containers: the builder's image, the Triton it drives.
 ROLLOUT_SERVICES = {"rollout": ("builder", "triton"), "rollout-cpu": ("builder-cpu", "triton-cpu")}
 TRITON_SERVICES = {"triton": "builder", "triton-cpu": "builder-cpu"}
@@ -26,9 +26,10 @@ PULLED_SERVICES = ("pod", "proxy", "prometheus", "grafana")
 POD = "pod"
 POD_NETWORK = f"service:{POD}"
 PROFILES = {
-    "pod": ("gpu", "cpu"), "proxy": ("gpu", "cpu"), "builder": ("gpu",), "triton": ("gpu",), "builder-cpu": ("cpu",),
+    "pod": ("gpu", "cpu", "jetson"), "proxy": ("gpu", "cpu", "jetson"), "builder": ("gpu",), "triton": ("gpu",), "builder-cpu": ("cpu",),
     "triton-cpu": ("cpu",), "prometheus": ("monitoring",), "grafana": ("monitoring",),
     "locust-master": ("loadtest",), "locust-worker": ("loadtest",), "rollout": ("gpu-rollout",), "rollout-cpu": ("cpu-rollout",),
+    "builder-jetson": ("jetson",), "triton-jetson": ("jetson",),  # their own rules: deploy/policy/jetson.py
 }
 RESTARTING = ("unless-stopped", "on-failure", "always")
 # The NGC base digests have no default: compose must refuse to build without them.

@@ -70,9 +70,10 @@ def local_dockerfile_violations(text: str, name: str) -> list[str]:
 
 def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str]:
     """Base pinned by tag and digest, the image's extras (and only those) installed, final USER non-root."""
-    repo, arg = DOCKERFILES[image]
+    # The Jetson images' iGPU base has its own rule (deploy/policy/jetson.py), which calls this for the rest.
+    repo, arg = DOCKERFILES.get(image, (None, ""))
     name = f"{image}.Dockerfile"
-    problems = _ngc_base(text, name, repo, arg) if repo else _pinned_base(text, name, arg)
+    problems = _ngc_base(text, name, repo, arg) if repo else _pinned_base(text, name, arg) if arg else []
     if _SYNTAX_RE.search(text):
         problems.append(f"{name}: no `# syntax=` line (BuildKit would fetch that frontend from a registry)")
     extras = _PIP_RE.findall(text)

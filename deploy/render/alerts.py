@@ -8,6 +8,9 @@ scraped from a real embedded server.
 GPU rules read the GPU exporter's ``gpu_*`` series (generator/server/gpu_metrics.py: NVML, served beside the
 watchdog by ``generator serve`` and by the GPU profile's exporter): NVML reports the throttle reasons, so thermal
 and power throttling are alerted on directly. Triton's own ``nv_gpu_*`` need DCGM, which a plain GPU host lacks.
+A Jetson (generator/server/jetson_metrics.py: tegrastats) exports the same ``gpu_*`` names for its shared RAM, its
+input power against the power mode's budget and its GPU load, so the memory, power and saturation rules hold there
+unchanged; tegrastats reports no throttle reason, so its thermal rule reads the zones' temperatures instead.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ WATCHDOG_RESTARTS = "triton_watchdog_restarts_total"
 # A container's watchdog exits for its restart; where its counters do not survive that (compose's tmpfs), the
 # new process's start time still changes.
 WATCHDOG_STARTED = "triton_watchdog_start_time_seconds"
-_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog|gpu)_[a-z_]+)\b")
+_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog|gpu|jetson)_[a-z_]+)\b")
 # "Pinned": the GPU busy this share of NVML's samples over 10 min while the p95 rose by this factor in 30 min.
 GPU_PINNED_RATIO = 0.95
 P95_RISE = 1.5
@@ -139,6 +142,11 @@ def _gpu_alerts(s: Settings) -> list[Alert]:
               "10m", "warning", f"GPU pinned while the {s.model_name} p95 rises: out of GPU capacity",
               "GPU {{ $labels.uuid }} has been busy for 10 min while the p95 grew by half in 30 min: the GPU, "
               "not the queue settings, is the bound. Add a GPU or replica, or lower the precision."),
+        Alert("JetsonTemperatureHigh",
+              f"max by (zone) (jetson_temperature_celsius) > {s.alert_jetson_temperature_celsius}", "2m", "critical",
+              f"Jetson zone above {s.alert_jetson_temperature_celsius} C: near its throttling trip points",
+              "Thermal zone {{ $labels.zone }} reads {{ $value }} C: the SoC throttles its clocks near its trip "
+              "points. Check the fan and the enclosure, or pick a lower power mode (nvpmodel)."),
     ]
 
 

@@ -68,9 +68,16 @@ WATCHDOG_METRICS = frozenset(
         "triton_watchdog_server_starts_total", "triton_watchdog_healthy", "triton_watchdog_start_time_seconds",
     }
 )
-KNOWN_METRICS = TRITON_METRICS | QUALITY_METRICS | WATCHDOG_METRICS | GPU_METRICS
+# A Jetson's own series beside the gpu_* names it shares with NVML's exporter (generator/server/jetson_metrics.py).
+JETSON_METRICS = frozenset(
+    {
+        "jetson_cpu_utilization_ratio", "jetson_swap_used_bytes", "jetson_emc_utilization_ratio",
+        "jetson_temperature_celsius", "jetson_rail_power_watts", "jetson_power_mode",
+    }
+)
+KNOWN_METRICS = TRITON_METRICS | QUALITY_METRICS | WATCHDOG_METRICS | GPU_METRICS | JETSON_METRICS
 
-_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog|gpu)_[a-z_]+)\b")
+_METRIC_RE = re.compile(r"\b((?:nv|ensemble|triton_watchdog|gpu|jetson)_[a-z_]+)\b")
 
 
 def metric_names(expr: str) -> set[str]:
@@ -234,6 +241,18 @@ def _health_specs(every: str) -> list[Spec]:
                  "joules per image"),
             ],
             "Power draw against the limit, temperature, and energy per detected image over 5 min.",
+        ),
+        (
+            "Jetson thermal zones, rails and CPU",
+            "short",
+            [
+                ("max by (zone) (jetson_temperature_celsius)", "°C {{zone}}"),
+                ("max by (rail) (jetson_rail_power_watts)", "W {{rail}}"),
+                ("avg(jetson_cpu_utilization_ratio) * 100", "CPU % (mean of online cores)"),
+                ("max by (mode) (jetson_power_mode)", "power mode {{mode}}"),
+            ],
+            "A Jetson's own counters (tegrastats, nvpmodel): every thermal zone, every power rail, the CPU and the "
+            "power mode in force. Empty off a Jetson; its GPU, RAM and input power are in the GPU panels.",
         ),
         (
             "Watchdog restarts",

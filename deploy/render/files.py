@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy import commands, proxy_admission, screening, sizing
+from deploy import commands, jetson, proxy_admission, screening, sizing
 from deploy import settings as settings_module
 from deploy.errors import RenderError
 from deploy.render.alerts import rule_groups
@@ -50,6 +50,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("docker/loadtest.Dockerfile", "loadtest.Dockerfile.j2"),
     Output("docker/triton-cpu.Dockerfile", "triton-cpu.Dockerfile.j2"),
     Output("docker/builder-cpu.Dockerfile", "builder-cpu.Dockerfile.j2"),
+    Output("docker/triton-jetson.Dockerfile", "triton-jetson.Dockerfile.j2"),
+    Output("docker/builder-jetson.Dockerfile", "builder-jetson.Dockerfile.j2"),
     Output("docker/build-ca.pem", "build-ca.pem.j2"),
     Output("docker/local/python.Dockerfile", "local/python.Dockerfile.j2"),
     Output("docker/local/nginx.Dockerfile", "local/nginx.Dockerfile.j2"),
@@ -60,6 +62,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("docker/loadtest.Dockerfile.dockerignore", "dockerignore.j2", (("image", "loadtest"),)),
     Output("docker/triton-cpu.Dockerfile.dockerignore", "dockerignore.j2", (("image", "triton-cpu"),)),
     Output("docker/builder-cpu.Dockerfile.dockerignore", "dockerignore.j2", (("image", "builder-cpu"),)),
+    Output("docker/triton-jetson.Dockerfile.dockerignore", "dockerignore.j2", (("image", "triton-jetson"),)),
+    Output("docker/builder-jetson.Dockerfile.dockerignore", "dockerignore.j2", (("image", "builder-jetson"),)),
     Output("k8s/kustomization.yaml", "k8s/kustomization.yaml.j2"),
     Output("k8s/namespace.yaml", "k8s/namespace.yaml.j2"),
     Output("k8s/deployment.yaml", "k8s/deployment.yaml.j2"),
@@ -189,6 +193,7 @@ def context(settings: Settings, nginx_conf: str = "") -> dict[str, Any]:
         "alert_groups_yaml": _yaml({"groups": groups}),
         "watchdog_state": commands.WATCHDOG_STATE,
         "tojson": json.dumps,
+        "jetson": jetson,
     }
 
 

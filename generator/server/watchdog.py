@@ -630,7 +630,7 @@ def gpu_series(supervisor: Supervisor) -> Callable[[], str] | None:
     monitor = gpu_metrics.GpuMonitor()
     if not monitor.available:
         logger.info("no GPU metrics: %s", monitor.unavailable)
-        return None
+        return jetson_series()
     gpu_metrics.sample_in_background(monitor)
 
     def models() -> dict[int, str]:
@@ -640,6 +640,24 @@ def gpu_series(supervisor: Supervisor) -> Callable[[], str] | None:
         return {child.pid: "tritonserver", **{pid: instance_model(n) for pid, n in python_stubs(child.pid).items()}}
 
     return lambda: str(monitor.render(models))
+
+
+def jetson_series() -> Callable[[], str] | None:
+    """A Jetson's own counters where NVML is absent (jetson_metrics.py: tegrastats, nvpmodel); None elsewhere."""
+    try:
+        import jetson_metrics  # the image's copy beside this file
+    except ImportError:
+        try:
+            from generator.server import jetson_metrics
+        except ImportError:
+            return None
+    try:
+        monitor = jetson_metrics.JetsonMonitor()
+    except jetson_metrics.JetsonUnavailable as exc:
+        logger.info("no Jetson metrics: %s", exc)
+        return None
+    monitor.start()
+    return monitor.render
 
 
 def histogram_series(command: Sequence[str]) -> Callable[[], str] | None:

@@ -11,6 +11,7 @@ from clients import admin_token
 
 from ..errors import LoadTestError
 from ..machine import machine_info
+from ..memory_budget import MemoryBudget, parse_size
 from ..sizing import DEFAULT_UTILISATION, Limits, Target, frames_for
 from ..sizing_report import Ramp, plot_sizing, run_sizing, summary_lines
 from ..target import default_metrics_url, user_address
@@ -38,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "the process listening on the URL's port, when it is on this machine)")
     admin_token.add_arguments(parser, "for the restricted model config, if the server wants it", file=False,
                               env_default=False)
+    parser.add_argument("--memory-budget", default=None, help="the site's RAM for the server (e.g. 4GiB): a level "
+                        "whose RSS peak (tritonserver and its stubs) exceeds it fails; needs the server on this machine")
+    parser.add_argument("--vram-budget", default=None, help="the site's GPU memory for the server (e.g. 6GiB): a "
+                        "level whose GPU memory peak exceeds it fails; needs NVML")
     parser.add_argument("--label", default="sizing")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: runs/sizing)")
 
@@ -51,6 +56,28 @@ def _server_pid(args: argparse.Namespace, address: str) -> int | None:
         return listening_pid(int(address.split("/", 1)[0].rpartition(":")[2]))
     except LoadTestError:
         return None  # another machine (or the deploy's proxy): RSS is not measured, and the report says so
+
+
+def _budget(args: argparse.Namespace, server_pid: int | None) -> MemoryBudget | None:
+    """The budgets asked for, refused where their counter does not exist here (never a silent pass)."""
+    if args.memory_budget is None and args.vram_budget is None:
+        return None
+    budget = MemoryBudget(None if args.memory_budget is None else parse_size(args.memory_budget, "--memory-budget"),
+                          None if args.vram_budget is None else parse_size(args.vram_budget, "--vram-budget"))
+    if budget.ram_bytes is not None and server_pid is None:
+        raise LoadTestError("--memory-budget needs the server's processes on this machine: pass --server-pid, or a "
+                            "plain (non-TLS) URL of a server listening here")
+    if budget.vram_bytes is not None:
+        from generator.server.gpu_metrics import GpuMonitor
+        from generator.server.jetson_metrics import JetsonUnavailable, find_tool
+
+        monitor = GpuMonitor()
+        if not monitor.available:
+            try:
+                find_tool("JETSON_TEGRASTATS", "/usr/bin/tegrastats")  # a Jetson: the board's shared RAM
+            except JetsonUnavailable as exc:
+                raise LoadTestError(f"--vram-budget needs GPU memory counters: {monitor.unavailable}; {exc}") from None
+    return budget
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,8 +95,10 @@ def run(args: argparse.Namespace) -> int:
         raise LoadTestError(str(exc)) from None
     metrics = args.metrics_url or (None if tls else default_metrics_url(args.url, args.protocol or "grpc"))
     target = Target(args.url, args.protocol, args.model, args.timeout, options, admin_token.token_from(args))
+    # A TLS URL is the deploy's proxy, not the server's port: its RSS needs --server-pid.
+    server_pid = int(args.server_pid) if args.server_pid else None if tls else _server_pid(args, address)
     plan = Ramp(Limits(args.fps, args.p95_ms, args.max_drop), args.utilisation, args.warmup, args.window,
-                args.max_streams, metrics, None if tls else _server_pid(args, address))
+                args.max_streams, metrics, server_pid, _budget(args, server_pid))
     started = datetime.now(timezone.utc)
     record = run_sizing(target, frames_for(args.video, args.sizes), plan)
     out = args.out or Path("runs") / "sizing"

@@ -297,7 +297,7 @@ def test_the_command_line_rule_catches_what_it_forbids() -> None:
 # nor what drives a stack; only the command line (python -m deploy) sees everything.
 DEPLOY_BASE = ("deploy.errors", "deploy.settings", "deploy.commands", "deploy.sizing", "deploy.validate",
                "deploy.composefile", "deploy.policy", "deploy.screening",
-               "deploy.proxy_admission")
+               "deploy.proxy_admission", "deploy.jetson")
 DEPLOY_PARTS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(DEPLOY_BASE, DEPLOY_BASE),
     "deploy.render": (*DEPLOY_BASE, "deploy.render"),

@@ -20,7 +20,7 @@ from tests.deploy.helpers import find_doc
 EXPECTED = {
     "TritonEnsembleErrorRate", "TritonEnsembleLatencyP95OverSla", "TritonEnsembleQueueTime",
     "EnsembleEmptyOutputShareJump", "TritonStubRestarted", "GpuMemoryNearFull", "GpuPowerThrottling",
-    "GpuThermalThrottling", "GpuSaturatedLatencyRising",
+    "GpuThermalThrottling", "GpuSaturatedLatencyRising", "JetsonTemperatureHigh",
 }
 
 

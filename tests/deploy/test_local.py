@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from deploy.cli import main
+from deploy.composefile import load_compose, parse_env
 from deploy.errors import LocalStackError
 from deploy.local import bases, docker_versions
 from deploy.local.credentials import ensure_credentials
@@ -92,6 +93,10 @@ def test_the_runs_variables_pick_free_ports_and_only_let_the_gpu_services_interp
     assert env["DEBIAN_IMAGE"] == "tde-local/debian:bookworm" and env["COMPOSE_PROFILES"] == "cpu,monitoring"
     fixed = stack_env(Settings(), LocalStack(), credentials, {})
     assert "PROXY_HTTP_PORT" not in fixed  # the settings' ports, from deploy/.env
+    # Compose interpolates every profile's services: the run's variables must satisfy the whole file.
+    deploy_dir = Path(__file__).resolve().parents[2] / "deploy"
+    committed = parse_env((deploy_dir / ".env").read_text())
+    load_compose((deploy_dir / "docker-compose.yml").read_text(), {**committed, **fixed})
 
 
 def test_every_pinned_base_but_grafana_has_a_local_stand_in() -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
-from generator.server import gpu_metrics, histogram_export, watchdog
+from generator.server import gpu_metrics, histogram_export, jetson_metrics, watchdog
 from generator.server.ports import free_port
 from generator.serving import contract
 
@@ -109,11 +109,11 @@ def wait_until(condition, timeout_s: float = 20.0) -> None:
 
 
 def test_uses_only_the_standard_library() -> None:
-    """It is copied into the Triton image with gpu_metrics.py and histogram_export.py beside it (which it imports
-    where it can), where the project and its dependencies are not installed; gpu_metrics.py imports its NVML binding
-    lazily."""
-    for module, allowed in ((watchdog, {"gpu_metrics", "histogram_export", "generator"}), (gpu_metrics, set()),
-                            (histogram_export, set())):
+    """It is copied into the Triton image with gpu_metrics.py and histogram_export.py beside it (and jetson_metrics.py
+    in the Jetson image; it imports them where it can), where the project and its dependencies are not installed;
+    gpu_metrics.py imports its NVML binding lazily."""
+    for module, allowed in ((watchdog, {"gpu_metrics", "histogram_export", "jetson_metrics", "generator"}),
+                            (gpu_metrics, set()), (histogram_export, set()), (jetson_metrics, set())):
         tree = ast.parse(Path(module.__file__ or "").read_text())
         top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
         roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
