@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--images", type=Path, default=None,
                         help="control images (default: labelled synthetic scenes, meaningful for the demo only)")
     parser.add_argument("--labels", type=Path, default=None,
-                        help="COCO JSON for --images (default: FP32 detections as pseudo-labels)")
+                        help="COCO JSON for --images (default: FP32 detections as pseudo-labels); for a segment, "
+                        "pose or obb build a folder of YOLO txt labels (default: 'labels' beside an 'images' folder)")
     parser.add_argument("--max-map-drop", type=float, default=None,
                         help="allowed mAP@0.5:0.95 drop in points (default: fp16 0.5, int8 1.5)")
     parser.add_argument("--reference-onnx", type=Path, default=None,

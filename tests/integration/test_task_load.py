@@ -84,11 +84,15 @@ def test_a_short_stream_answers_every_frame_with_the_tasks_fields(server: Embedd
     summary = json.loads(summary_path.read_text())
     (stream,) = summary["streams"]
     assert stream["answered"] == stream["sent"] == len(lines) >= 3 and stream["failed"] == 0
-    task = TASK_FIXTURES[key]
+    task, carried = TASK_FIXTURES[key], stream["outputs"]
     if task == "classify":
         assert all(len(line["top"]) == 5 and not line["detections"] for line in lines)
+        assert carried["top_classes"] == 5 * len(lines) and carried["detections"] == 0
     else:
         field = {"pose": "keypoints", "obb": "rotated_box", "segment": "mask"}[task]
         found = [d for line in lines for d in line["detections"]]
         assert found and all(field in d for d in found)
+        assert carried["detections"] == len(found)
+        count = {"pose": ("keypoints", 17), "obb": ("rotated_boxes", 1), "segment": ("masks", 1)}[task]
+        assert carried[count[0]] == count[1] * len(found)
     assert (tmp_path / "out" / "cam.mp4").stat().st_size > 0
