@@ -144,7 +144,8 @@ def predictions_in_process(model_path: Path, info: DetectorInfo, images: Sequenc
         batch = prepare_batch([data], info.image_size, reduced_decode=reduced_decode)
         if batch.errors:
             raise GeneratorError(f"image {position}: {batch.errors[0]}")
-        pixels = batch.images if runner.input_type == "tensor(uint8)" else to_float_nchw(batch.images)
+        pixels = batch.images if runner.input_type == "tensor(uint8)" else to_float_nchw(
+            batch.images, np.dtype(np.float16 if runner.input_type == "tensor(float16)" else np.float32))
         outputs = dict(zip(runner.output_names, runner.run(pixels), strict=True))
         protos = outputs[info.protos.name] if info.protos is not None else None
         result = postprocess_task(outputs[info.output.name], spec, batch.letterbox, conf_threshold, iou_threshold,

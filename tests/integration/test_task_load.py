@@ -49,14 +49,17 @@ def _python(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str
                           check=False)
 
 
-@pytest.mark.parametrize(("key", "protocol"), [(key, "grpc") for key in TASK_FIXTURES] + [("seg-static", "http"),
-                                                                                         ("classify-static", "http")])
+@pytest.mark.parametrize(("key", "protocol", "workers"), [(key, "grpc", 0) for key in TASK_FIXTURES] + [
+    ("seg-static", "http", 0), ("classify-static", "http", 0), ("pose-static", "grpc", 1)])
 def test_locust_users_check_and_count_each_tasks_answers(server: EmbeddedServer, key: str, protocol: str,
-                                                          tmp_path: Path) -> None:
+                                                          workers: int, tmp_path: Path) -> None:
     url = server.grpc_url if protocol == "grpc" else server.http_url
+    # with a worker, its counts reach the master's summary through Locust's worker reports
+    distributed = ("--local-workers", str(workers), "--master-port", str(free_port())) if workers else ()
     result = _python("-m", "loadtest", "run", "--url", url, "--protocol", protocol, "--model", _name(key),
                      "--metrics-url", server.metrics_url, "--users", "1", "--spawn-rate", "1", "--duration", "4s",
-                     "--sizes", "640x480", "--images-per-size", "2", "--out", str(tmp_path), "--max-fail-ratio", "0")
+                     "--sizes", "640x480", "--images-per-size", "2", "--out", str(tmp_path), "--max-fail-ratio", "0",
+                     *distributed)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     client, task = summary["client"], TASK_FIXTURES[key]

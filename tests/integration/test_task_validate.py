@@ -63,6 +63,7 @@ def test_validate_scores_the_task_in_process_and_through_triton(built, key: str,
     assert main(["validate", "--model-repository", str(repositories[key]), "--images", str(images),
                  "--url", server.grpc_url]) == 0
     out = capsys.readouterr().out
+    print(out)  # the numbers, for -s
     assert "in-process:" in out and f"through Triton at {server.grpc_url}:" in out
     report = json.loads((repositories[key] / "validation_task.json").read_text())
     served, local = report["served"], report["in_process_at_served_thresholds"]
@@ -71,6 +72,7 @@ def test_validate_scores_the_task_in_process_and_through_triton(built, key: str,
         whole_curve = report["in_process"]["metrics"][name]
         assert 0.05 < whole_curve["map50_95"] < 0.9 and whole_curve["map50"] >= whole_curve["map50_95"], name
         # the ensemble is the in-process graph and post-processing behind Triton: the same detections, the same mAP
+        assert served["metrics"][name]["map50"] > 0.05, name  # the labels are predictions at the served threshold
         assert served["metrics"][name] == pytest.approx(local["metrics"][name], abs=1e-6), name
 
 
