@@ -100,11 +100,10 @@ class CameraMixin(TritonUser):
             time.sleep(wait)  # gevent-patched: other cameras run meanwhile
         BOOK.count(self.camera, frames=index - self._last, sent=1, dropped=dropped)
         self._last = index
-        request = self._requests[index % len(self._requests)]
         start_time = time.time()
         received, error = 0, None
         try:
-            received = self.send(request, self.model())
+            received = self.send(self.request(index), self.model())
         except Exception as exc:  # noqa: BLE001 -- every failure is a data point for Locust, not a crash
             error = exc
         self.environment.events.request.fire(

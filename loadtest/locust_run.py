@@ -283,6 +283,7 @@ def _summary(run: LocustRun, info: dict[str, Any], point: LatencyPoint, health: 
         "thresholds": {"sla_p95_ms": run.sla_p95_ms, "max_fail_ratio": run.max_fail_ratio, "breaches": breaches,
                        "passed": not breaches},
         "cameras": camera_summary(info.get("cameras"), run.camera_fps),
+        "outputs": info.get("outputs"),  # per task: what the answers carried (loadtest/task_outputs.py)
     }
 
 
@@ -348,6 +349,9 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         lines.append(f"{cameras['count']} cameras at {cameras['fps']:g} frames/s: {cameras['frames']} frames due, "
                      f"{cameras['dropped']} dropped ({cameras['drop_rate']:.1%}; worst camera "
                      f"{cameras['worst_drop_rate']:.1%}), worst camera p95 {ms(cameras['worst_p95_ms'])}")
+    for task, counts in (summary.get("outputs") or {}).items():
+        per = ", ".join(f"{v:g} {k.replace('_', ' ')}" for k, v in counts["per_answer"].items())
+        lines.append(f"{task} answers checked: {counts['answers']}" + (f", per answer {per}" if per else ""))
     if summary["triton"]:
         lines += stages_table({k: StageStats(**v) for k, v in summary["triton"].items()})
     lines += [f"note: {p}" for p in summary["problems"]]

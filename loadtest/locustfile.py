@@ -22,6 +22,7 @@ if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from loadtest.camera import BOOK, CameraGrpcUser, CameraHttpUser, camera_report
+from loadtest.task_outputs import BOOK as OUTPUTS_BOOK
 from loadtest.users import TritonGrpcUser, TritonHttpUser, add_locust_arguments, quitting_report
 
 logger = logging.getLogger(__name__)
@@ -51,11 +52,13 @@ class HttpCameraUser(CameraHttpUser):
 @events.report_to_master.add_listener
 def _camera_counts_to_master(client_id: str, data: dict[str, Any]) -> None:
     data["triton_cameras"] = BOOK.take_report()
+    data["triton_outputs"] = OUTPUTS_BOOK.take_report()
 
 
 @events.worker_report.add_listener
 def _camera_counts_from_worker(client_id: str, data: dict[str, Any]) -> None:
     BOOK.merge(data.get("triton_cameras", {}))
+    OUTPUTS_BOOK.merge(data.get("triton_outputs", {}))
 
 
 _max_users = 0
@@ -80,6 +83,8 @@ def _quitting(environment: Environment, **_: Any) -> None:
     info = quitting_report(environment, _max_users, _workers)
     if BOOK.counts and info["runner"] != "WorkerRunner":
         info["cameras"] = camera_report(environment)
+    if info["runner"] != "WorkerRunner":
+        info["outputs"] = OUTPUTS_BOOK.report()
     path = getattr(environment.parsed_options, "triton_runinfo", "")
     if path and info["runner"] != "WorkerRunner":
         Path(path).write_text(json.dumps(info, indent=2))

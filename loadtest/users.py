@@ -25,13 +25,16 @@ from locust.env import Environment
 from clients.canary import Route, Splitter, read_route
 from clients.nodelay import disable_nagle
 from clients.request import image_request
-from generator.serving.contract import NUM_DETECTIONS
+from clients.tasks import task_of_outputs
+from generator.serving.contract import TASK_OUTPUTS
 
 from .errors import InferenceFailed
 from .failures import REFUSED_PREFIX, Backoff, named_failure, refusal
 from .images import DEFAULT_SIZES, build_corpus
 from .report import threshold_breaches
 from .target import host_of, user_address
+from .task_outputs import BOOK as OUTPUTS_BOOK
+from .task_outputs import check_outputs
 
 grpc_gevent.init_gevent()
 
@@ -126,7 +129,8 @@ class TritonUser(User):
         self.settings = UserSettings.from_options(environment.parsed_options)
         self.images = self.load_images()
         self._cursor = random.randrange(len(self.images))  # users start at different images
-        self._requests: list[Any] = []
+        self._requests: list[Any] = []  # built once the model's task is known (request())
+        self.task: str | None = None
         self._split = Splitter()
         self._route: tuple[int, Route] | None = None  # (mtime_ns, route) of the route file
         self._backoff = Backoff()
@@ -153,10 +157,26 @@ class TritonUser(User):
 
     def on_start(self) -> None:
         self.connect()
-        self._requests = [self.prepare(image) for image in self.images]
 
     def connect(self) -> None:
         raise NotImplementedError
+
+    def output_names(self, model: str) -> list[str]:
+        """The outputs ``model`` declares in its metadata (they tell its task)."""
+        raise NotImplementedError
+
+    def request(self, index: int) -> Any:
+        """The prepared request of image ``index``; the first call asks the model its task (a failure there is the
+        request's, reported like any other), so each request names the task's outputs."""
+        if not self._requests:
+            self.task = task_of_outputs(self.output_names(self.settings.model))
+            self._requests = [self.prepare(image) for image in self.images]
+        return self._requests[index % len(self._requests)]
+
+    def check(self, result: Any) -> None:
+        """Check one answer of the task and count what it carries (task_outputs)."""
+        assert self.task is not None
+        OUTPUTS_BOOK.count(self.task, check_outputs(self.task, result.as_numpy))
 
     def prepare(self, image: bytes) -> Any:
         """Build the request for one image once, so serialisation is not timed on every call."""
@@ -168,15 +188,15 @@ class TritonUser(User):
 
     @task
     def detect(self) -> None:
-        request = self._requests[self._cursor]
-        self._cursor = (self._cursor + 1) % len(self._requests)
+        cursor = self._cursor
+        self._cursor = (self._cursor + 1) % len(self.images)
         start_time = time.time()
         start = time.perf_counter()
         received, model, unreached, busy_s = 0, self.settings.model, False, 0.0
         error: BaseException | None = None
         try:
             model = self.model()
-            received = self.send(request, model)
+            received = self.send(self.request(cursor), model)
         except Exception as exc:  # noqa: BLE001 -- every failure is a data point for Locust, not a crash
             refused = refusal(exc)
             if refused is not None:
@@ -201,14 +221,6 @@ class TritonUser(User):
             time.sleep(busy_s)  # back-pressure: not before the Retry-After the server named
 
 
-def _check_result(result: Any) -> None:
-    count = result.as_numpy(NUM_DETECTIONS)
-    if count is None or count.size != 1:
-        raise InferenceFailed(f"response carries no {NUM_DETECTIONS} output")
-    if int(count.reshape(-1)[0]) < 0:
-        raise InferenceFailed(f"{NUM_DETECTIONS} {int(count.reshape(-1)[0])} out of range")
-
-
 class TritonGrpcUser(TritonUser):
     """tritonclient.grpc on a gevent-friendly channel (one channel per user)."""
 
@@ -223,15 +235,20 @@ class TritonGrpcUser(TritonUser):
         ssl = {"ssl": True, "root_certificates": self.settings.ca_cert or None} if tls else {}
         self.client = grpcclient.InferenceServerClient(address, **ssl)
 
+    def output_names(self, model: str) -> list[str]:
+        metadata = self.client.get_model_metadata(model, client_timeout=self.settings.timeout_s)
+        return [output.name for output in metadata.outputs]
+
     def prepare(self, image: bytes) -> Any:
-        return image_request(self._grpc, [image])
+        assert self.task is not None
+        return image_request(self._grpc, [image], outputs=TASK_OUTPUTS[self.task])
 
     def send(self, request: Any, model: str) -> int:
         inputs, outputs = request
         result = self.client.infer(
             model, inputs, outputs=outputs, client_timeout=self.settings.timeout_s
         )
-        _check_result(result)
+        self.check(result)
         return int(result.get_response().ByteSize())
 
     def on_stop(self) -> None:
@@ -272,8 +289,17 @@ class TritonHttpUser(TritonUser):
         )
         disable_nagle(self.client)  # over TLS, Nagle adds a delayed ACK (40 ms) to every request
 
+    def output_names(self, model: str) -> list[str]:
+        response = self.client.get(f"{self._prefix}/v2/models/{model}")
+        data = response.read()
+        if response.status_code != 200:
+            raise InferenceFailed(f"HTTP {response.status_code} on the metadata of {model}: {data[:200]!r}")
+        return [output["name"] for output in json.loads(data).get("outputs", [])]
+
     def prepare(self, image: bytes) -> Any:
-        inputs, outputs = image_request(self._http, [image])  # binary tensors: tritonclient.http's default
+        assert self.task is not None
+        # binary tensors: tritonclient.http's default
+        inputs, outputs = image_request(self._http, [image], outputs=TASK_OUTPUTS[self.task])
         body, json_size = self._http.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
         headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
         return body, headers
@@ -291,7 +317,7 @@ class TritonHttpUser(TritonUser):
         header = response.get("Inference-Header-Content-Length")  # geventhttpclient 2.6: str, or a list if repeated
         header_length = int(header if isinstance(header, str) else header[0]) if header else None
         result = self._http.InferResult.from_response_body(data, header_length=header_length)
-        _check_result(result)
+        self.check(result)
         return len(data)
 
     def on_stop(self) -> None:

@@ -14,7 +14,7 @@ from clients.errors import ClientError, ServerBusyError
 from clients.stream.frame import Frame, payload
 from clients.stream.ordering import InOrder
 from clients.stream.slot import LatestSlot
-from clients.stream.stats import StreamStats
+from clients.stream.stats import StreamStats, answer_counts
 
 logger = logging.getLogger(__name__)
 Detect = Callable[[bytes], Awaitable[DetectionResult]]
@@ -112,6 +112,7 @@ class Sender:
         else:
             latency_ms = (time.monotonic() - frame.captured) * 1000.0
             self._stats.latency(latency_ms)
+            self._stats.carried(answer_counts(result))
             answer = Answer(self.name, frame, data, result, latency_ms)
             self._reported = None
         finally:

@@ -49,6 +49,8 @@ class StreamStats:
     source_errors: int = 0
     last_error: str | None = None
     status: str = "starting"
+    # What the answers carried, per kind (detections, keypoints, masks, rotated_boxes, top_classes): the task's
+    outputs: dict[str, int] = field(default_factory=dict)
     _latencies_ms: list[float] = field(default_factory=list, repr=False)
     _seen: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -77,6 +79,12 @@ class StreamStats:
             if slot < RESERVOIR:
                 self._latencies_ms[slot] = milliseconds
 
+    def carried(self, counts: dict[str, int]) -> None:
+        """Add what one answer carried (``answer_counts``)."""
+        with self._lock:
+            for name, value in counts.items():
+                self.outputs[name] = self.outputs.get(name, 0) + value
+
     def reset(self) -> None:
         """Forget what was counted so far (the sizing ramp's warm-up); the status and last error stay."""
         with self._lock:
@@ -85,6 +93,7 @@ class StreamStats:
                          "reconnects", "source_errors"):
                 setattr(self, name, 0)
             self._latencies_ms.clear()
+            self.outputs.clear()
             self._seen = 0
 
     def summary(self) -> dict[str, Any]:
@@ -100,8 +109,17 @@ class StreamStats:
                 "p50_ms": _rounded(quantile(values, 0.50)), "p95_ms": _rounded(quantile(values, 0.95)),
                 "max_ms": _rounded(values[-1] if values else None),
                 "decode_errors": self.decode_errors, "reconnects": self.reconnects,
-                "source_errors": self.source_errors, "last_error": self.last_error,
+                "source_errors": self.source_errors, "last_error": self.last_error, "outputs": dict(self.outputs),
             }
+
+
+def answer_counts(result: Any) -> dict[str, int]:
+    """What one answer (a ``clients.detection.DetectionResult``) carried: its detections and, per task, their
+    keypoints, masks or rotated boxes, or a classifier's top classes."""
+    found = list(result)
+    return {"detections": len(found), "keypoints": sum(len(d.keypoints or ()) for d in found),
+            "masks": sum(d.mask_rle is not None for d in found),
+            "rotated_boxes": sum(d.rotated_box is not None for d in found), "top_classes": len(result.top)}
 
 
 def _rounded(value: float | None) -> float | None:

@@ -9,6 +9,7 @@ from generator.builder.stages.gate import accuracy_gate
 from generator.errors import GeneratorError
 from generator.evaluation import layerwise
 from generator.evaluation.gate import ensure_passed, gate_summary, load_control_set, report_files
+from generator.evaluation.task_validation import METRICS
 from generator.model.onnx_inspect import DetectorInfo, inspect_onnx
 from generator.repository.manifest import DetectorRecord, Manifest
 
@@ -22,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--images", type=Path, default=None,
                         help="control images (default: labelled synthetic scenes, meaningful for the demo only)")
     parser.add_argument("--labels", type=Path, default=None,
-                        help="COCO JSON for --images (default: FP32 detections as pseudo-labels)")
+                        help="COCO JSON for --images (default: FP32 detections as pseudo-labels); for a segment, "
+                        "pose or obb build a folder of YOLO txt labels (default: 'labels' beside an 'images' folder)")
     parser.add_argument("--max-map-drop", type=float, default=None,
                         help="allowed mAP@0.5:0.95 drop in points (default: fp16 0.5, int8 1.5)")
     parser.add_argument("--reference-onnx", type=Path, default=None,
@@ -67,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     info = inspect_onnx(reference_onnx, detector.image_size)
     if info.task == "classify":
         return _validate_classifier(args, reports, manifest.name, candidate, info)
+    if info.task in METRICS:
+        return _validate_task(args, reports, manifest, candidate, info)
     control = load_control_set(args.images, args.labels, args.count)
     thresholds = manifest.thresholds
     # Repositories built before the class reduction record no served layout: they serve the ONNX's own.
@@ -110,6 +114,43 @@ def _validate_classifier(args: argparse.Namespace, reports: Path, name: str, can
         print(served.line(f"through Triton at {args.url}"))
     (reports / "classification.json").write_bytes(classify.report(local, served))
     print(f"Report: {reports / 'classification.json'}")
+    return 0
+
+
+def _validate_task(args: argparse.Namespace, reports: Path, manifest: Manifest, candidate: Path,
+                   info: DetectorInfo) -> int:
+    """Segment, pose and obb: box and task mAP on --images with YOLO txt labels, in-process over the whole
+    precision-recall curve and, with ``--url``, through Triton beside in-process at the served thresholds. Measured,
+    not judged, like a classifier's accuracy."""
+    from generator.evaluation import task_validation as tv
+    from generator.evaluation.gate import MAP_CONF_THRESHOLD
+    from generator.evaluation.yolo_labels import labels_folder
+
+    if args.images is None or args.layerwise:
+        raise GeneratorError(f"a {info.task} build is validated on --images DIR with YOLO txt labels (--labels DIR, "
+                             "default the 'labels' folder beside 'images'); --layerwise is for detectors")
+    labelled = tv.labelled_set(args.images, labels_folder(args.images, args.labels), info.task, info.kpt_shape)
+    thresholds = manifest.thresholds
+    decode = (manifest.detector or DetectorRecord()).reduced_decode is not False
+
+    def in_process(conf: float) -> tv.TaskScores:
+        found = tv.predictions_in_process(candidate, info, labelled.images, conf, thresholds.iou,
+                                          thresholds.max_detections, decode)
+        return tv.score(info.task, labelled.labels, found, info.kpt_shape)
+
+    local = in_process(MAP_CONF_THRESHOLD)
+    print(local.line("in-process"))
+    served = served_local = None
+    if args.url:
+        from generator.operate.served_check import served_task_predictions
+
+        answers = served_task_predictions(args.url, manifest.name, labelled.images)
+        served = tv.score(info.task, labelled.labels, answers, info.kpt_shape)
+        served_local = in_process(thresholds.conf)
+        print(served.line(f"through Triton at {args.url}"))
+        print(served_local.line(f"in-process at the served thresholds (conf {thresholds.conf})"))
+    (reports / "validation_task.json").write_bytes(tv.report(local, served, served_local))
+    print(f"Report: {reports / 'validation_task.json'}")
     return 0
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from generator.evaluation.accuracy import MapResult, coco_map, pseudo_labels
 from generator.evaluation.gate import ControlSet
 from generator.evaluation.reference import ImageDetections, ReferencePipeline
+from generator.evaluation.task_validation import TaskPrediction
 from generator.model.onnx_inspect import DetectorInfo
 
 
@@ -45,3 +46,24 @@ def served_top_classes(url: str, model: str, images: list[bytes]) -> np.ndarray:
 
     with DetectionClient(url, model=model) as client:
         return np.stack([np.array([c.class_id for c in result.top]) for result in client.detect_many(images)])
+
+
+def served_task_predictions(url: str, model: str, images: list[bytes]) -> list[TaskPrediction]:
+    """A running segment, pose or obb ensemble's detections of each image, with the task's geometry."""
+    from clients import DetectionClient
+
+    with DetectionClient(url, model=model) as client:
+        results = client.detect_many(images)
+        task = client.model_info.task
+    out = []
+    for result in results:
+        found = result.detections
+        masks = [{"size": list(d.mask_size or ()), "counts": d.mask_rle or b""} for d in found]
+        points = [d.keypoints or () for d in found]
+        rotated = [d.rotated_box or () for d in found]
+        out.append(TaskPrediction(
+            result.boxes.reshape(-1, 4), result.scores, result.class_ids,
+            masks=masks if task == "segment" else None,
+            keypoints=np.asarray(points, dtype=np.float32) if task == "pose" else None,
+            rotated=np.asarray(rotated, dtype=np.float32).reshape(-1, 5) if task == "obb" else None))
+    return out
