@@ -80,7 +80,9 @@ def _entries(trace_file: Path, wait_s: float) -> list[dict[str, Any]]:
     while True:
         try:
             text = trace_file.read_text().rstrip().rstrip(",")
-            return list(json.loads(text if text.endswith("]") else text + "]"))
+            if not text.endswith("]"):  # still open; its buffered tail may end inside an entry
+                text = text[:text.rfind('},{"id"') + 1] + "]" if '},{"id"' in text else "[]"
+            return list(json.loads(text))
         except (OSError, ValueError) as exc:
             if time.monotonic() > deadline:
                 raise LoadTestError(f"Triton wrote no complete trace file at {trace_file}: {exc}") from exc

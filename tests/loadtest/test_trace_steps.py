@@ -67,3 +67,13 @@ def test_each_window_counts_only_its_own_requests(server: tuple[EmbeddedServer, 
     assert decompose(tops, (second[0], second[1]), "yolo")["requests"] == 3
     with pytest.raises(LoadTestError, match="no traced request in the window"):
         decompose(tops, (second[1] + 1, second[1] + 2), "yolo")
+
+
+def test_a_file_triton_is_still_writing_reads_up_to_its_last_whole_entry(tmp_path: Path) -> None:
+    # Triton 2.51 closes the array only at shutdown and flushes in buffer-sized pieces, so a read between windows
+    # can end inside an entry: the whole entries before it count, the torn one waits for the next read.
+    torn = tmp_path / "trace.json"
+    torn.write_text('[{"id":1,"model_name":"yolo","model_version":1},'
+                    '{"id":1,"timestamps":[{"name":"REQUEST_START","ns":5}]},{"id":2,"timesta')
+    (top,) = read_traces(torn, wait_s=0)
+    assert top.model == "yolo" and top.stamps == {"REQUEST_START": 5}
