@@ -55,9 +55,10 @@ def report_lines(results: dict[str, Any]) -> list[str]:
              "over the other side within each round (one stream: p50; more: throughput). CPU per image: the server's "
              "processes (Triton and its Python stubs; the gRPC clients not counted) against the reference's process: "
              "the throughput N streams can reach on C cores is at most C x 1000 / that.", ""]
-    absent = first.get(ULTRALYTICS, {}).get("absent")
-    if absent:
-        lines += [f"Ultralytics column absent: {absent}.", ""]
+    for side, name in ((ULTRALYTICS, "Ultralytics"), (DETECTOR, "Bare detector")):
+        absent = first.get(side, {}).get("absent")
+        if absent:
+            lines += [f"{name} column absent: {absent}.", ""]
     lines += ["| cores | streams | measure | served | reference | detector | ultralytics | served p95 ms | "
               "ultralytics p95 ms | served / reference | served / detector | served / ultralytics | "
               "CPU ms per image, served / ultralytics | load 1m |",

@@ -105,9 +105,13 @@ def sides_for(args: argparse.Namespace, grpc: str, repository: Path, server_pid:
                       "thresholds": asdict(thresholds)},
     }
     if images is not None:
-        bare = BareDetector(repository, args.model, images)
-        sides.append(Side(DETECTOR, bare.factory, process_cpu_s))
-        about[DETECTOR] = bare.about()
+        try:
+            bare = BareDetector(repository, args.model, images)
+        except LoadTestError as exc:  # e.g. a TensorRT detector: the column is left out, saying why
+            about[DETECTOR] = {"absent": str(exc)}
+        else:
+            sides.append(Side(DETECTOR, bare.factory, process_cpu_s))
+            about[DETECTOR] = bare.about()
     ultra = _ultralytics(args, onnx, thresholds, reference.info.image_size, about)
     if ultra is not None:
         sides.append(Side(ULTRALYTICS, ultra.factory, ultra.cpu_s))

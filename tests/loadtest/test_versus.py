@@ -177,3 +177,14 @@ def test_versus_serves_the_demo_and_writes_json_markdown_and_plot(tmp_path: Path
         assert served[streams]["requests"] > 0 and served[streams]["steps_ms"]["yolo_detector"]["compute"] > 0
     assert "| yolo_detector: compute |" in written.with_suffix(".md").read_text()
     assert written.with_suffix(".md").is_file() and written.with_suffix(".png").stat().st_size > 1000
+
+
+def test_the_bare_detector_side_says_why_when_the_detector_is_not_onnx_runtime_here(tmp_path: Path) -> None:
+    from loadtest.bare_detector import BareDetector
+    from loadtest.errors import LoadTestError
+
+    step = tmp_path / "yolo_detector"
+    step.mkdir()
+    (step / "config.pbtxt").write_text('name: "yolo_detector"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n')
+    with pytest.raises(LoadTestError, match="no bare detector side: detector is tensorrt_plan, not ONNX Runtime"):
+        BareDetector(tmp_path, "yolo", [b"x"])
