@@ -1,4 +1,5 @@
-"""``versus``: the served ensemble against the same ONNX run in-process (and Ultralytics' ``predict``), paired.
+"""``versus``: the served ensemble against the same ONNX run in-process, the bare detector and Ultralytics'
+``predict``, paired; then where each one's time goes (Triton's trace per step, Ultralytics' own stages).
 
     python -m loadtest versus --onnx yolov8n.onnx                     # build, serve, measure on this machine
     python -m loadtest versus --onnx yolov8n.onnx --cores 1,2,4,8,16  # each core count pinned with taskset
