@@ -12,17 +12,12 @@ machine's physical cores and pins one thread to each, which overrides ``taskset`
 core count that way), so on a 16-core host a reference "pinned to 4 cores" ran on all 16. With an explicit count
 no affinity is set and the threads stay inside the mask (``generator.serving.runner.OnnxRunner``).
 
-``UltralyticsPipeline``: ``YOLO(onnx).predict`` on the decoded frame, one model per stream (Ultralytics' models
-are not thread-safe). Only when Ultralytics and a CPU torch are installed (``pip install -e '.[reference]'``)
-and this process may use every CPU of the machine: Ultralytics makes its session with ONNX Runtime's default
-threads, which leave a ``taskset`` pinning (above); ``ultralytics_missing`` says why it is not measured.
+Ultralytics' ``predict`` is measured by ``ultralytics_procs.py`` (one worker process per stream), when Ultralytics
+and a CPU torch are installed (``pip install -e '.[reference]'``); ``ultralytics_missing`` says why it is not.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -88,60 +83,5 @@ def ultralytics_missing() -> str | None:
             metadata.version(package)
         except metadata.PackageNotFoundError:
             return f"{package} is not installed (pip install -e '.[reference]' adds Ultralytics with a CPU torch)"
-    return pinning_escaped_by_default_threads()
+    return None
 
-
-def pinning_escaped_by_default_threads() -> str | None:
-    """Why a session with ONNX Runtime's default threads would not stay on this process's cores, or None."""
-    from generator.serving.runner import usable_cores
-
-    usable, machine = usable_cores(), os.cpu_count() or 1
-    if usable >= machine:
-        return None
-    return (f"pinned to {usable} of the machine's {machine} CPUs, and Ultralytics' ONNX Runtime session takes the "
-            "default thread count, whose threads pin themselves to every core of the machine: its numbers would "
-            "not be this core count's")
-
-
-class UltralyticsPipeline:
-    """``YOLO(onnx, task="detect").predict(frame)``, one model per stream, made on first use and kept."""
-
-    def __init__(self, onnx_path: Path, thresholds: Thresholds, image_size: tuple[int, int]) -> None:
-        # Before the import: no settings sync, no automatic installs, no downloads.
-        self._config = tempfile.TemporaryDirectory(prefix="ultralytics-config-")
-        os.environ.setdefault("YOLO_CONFIG_DIR", self._config.name)
-        os.environ.setdefault("YOLO_OFFLINE", "1")
-        os.environ.setdefault("YOLO_AUTOINSTALL", "false")
-        os.environ.setdefault("YOLO_VERBOSE", "false")
-        from ultralytics import YOLO
-
-        self._yolo = YOLO
-        self.version = metadata.version("ultralytics")
-        self.onnx_path, self.thresholds, self.image_size = onnx_path, thresholds, image_size
-        self._models: list[Any] = []
-        self._lock = threading.Lock()
-
-    def _model(self, index: int) -> Any:
-        with self._lock:
-            while len(self._models) <= index:
-                self._models.append(self._yolo(str(self.onnx_path), task="detect"))
-            return self._models[index]
-
-    def factory(self) -> Callable[[], Infer]:
-        """A maker for ``closed_loop``: the n-th thread of a window gets the n-th model."""
-        counter = iter(range(1 << 30))
-        lock = threading.Lock()
-
-        def make() -> Infer:
-            with lock:
-                index = next(counter)
-            model = self._model(index)
-            t = self.thresholds
-
-            def infer(data: bytes) -> Any:
-                return model.predict(_decode(data), conf=t.conf, iou=t.iou, max_det=t.max_detections,
-                                     imgsz=list(self.image_size), device="cpu", verbose=False)
-
-            return infer
-
-        return make

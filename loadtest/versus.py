@@ -26,10 +26,14 @@ from .metrics import snapshot, stage_deltas
 from .report import point_from_latencies
 
 logger = logging.getLogger(__name__)
-SERVED, REFERENCE, ULTRALYTICS = "served", "reference", "ultralytics"
+SERVED, REFERENCE, ULTRALYTICS, DETECTOR = "served", "reference", "ultralytics", "detector"
 SINGLE_STREAM_GOAL = 1.05  # served p50 / reference p50 at one stream, at most
 THROUGHPUT_GOAL = 1.3  # served / reference throughput at GOAL_STREAMS, at least
 GOAL_STREAMS = 4
+# Issue 35, against Ultralytics' predict and the bare detector
+ULTRALYTICS_SINGLE_GOAL = 1.05  # served / Ultralytics images/s at one stream, at least
+LONE_REQUEST_GOAL = 1.3  # served p50 / the bare detector's p50 at one stream, at most
+ULTRALYTICS_STREAMS_GOAL = 1.3  # served / Ultralytics (a process per stream) images/s at GOAL_STREAMS, at least
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,7 @@ def _ratios(record: dict[str, Any], streams: tuple[int, ...], other: str) -> dic
     for n in streams:
         if n == 1:
             out["p50_1"] = ratio("p50_ms", 1)
+            out["rps_1"] = ratio("rps", 1)
         else:
             out[f"rps_{n}"] = ratio("rps", n)
             out[f"p95_{n}"] = ratio("p95_ms", n)
@@ -158,7 +163,8 @@ def summarise(rounds: list[dict[str, Any]], names: list[str], streams: tuple[int
                              for key in ("rps", "p50_ms", "p95_ms", "cpu_ms_per_image")} for n in streams} for name in names}
     ratios = {other: {key: _spread([v for r in rounds if (v := r["ratios"][other][key]) is not None])
                       for key in rounds[0]["ratios"][other]} for other in names[1:]}
-    return {"sides": sides, "ratios": ratios, "goals": goals(ratios.get(REFERENCE, {}))}
+    return {"sides": sides, "ratios": ratios,
+            "goals": {**goals(ratios.get(REFERENCE, {})), **goals_35(ratios)}}
 
 
 def goals(ratios: dict[str, dict[str, float] | None]) -> dict[str, Any]:
@@ -175,3 +181,21 @@ def goals(ratios: dict[str, dict[str, float] | None]) -> dict[str, Any]:
             "goal": f"throughput >= {THROUGHPUT_GOAL}x, p95 <= the reference's",
             "met": rps["median"] >= THROUGHPUT_GOAL and p95["median"] <= 1.0}
     return out
+
+
+def _goal(spread: dict[str, float] | None, goal: float, at_least: bool) -> dict[str, Any] | None:
+    if not spread:
+        return None
+    met = spread["median"] >= goal if at_least else spread["median"] <= goal
+    return {"ratio": spread["median"], "goal": f"{'>=' if at_least else '<='} {goal}", "met": met}
+
+
+def goals_35(ratios: dict[str, dict[str, dict[str, float] | None]]) -> dict[str, Any]:
+    """Issue 35's goals on the medians of the per-round ratios: against Ultralytics' predict (images/s at one
+    stream and at 4) and, for a lone request, against the bare detector (p50)."""
+    ultra, bare = ratios.get(ULTRALYTICS, {}), ratios.get(DETECTOR, {})
+    found = {"ultralytics_1_stream_rps": _goal(ultra.get("rps_1"), ULTRALYTICS_SINGLE_GOAL, True),
+             "lone_request_p50_vs_detector": _goal(bare.get("p50_1"), LONE_REQUEST_GOAL, False),
+             f"ultralytics_{GOAL_STREAMS}_streams_rps": _goal(ultra.get(f"rps_{GOAL_STREAMS}"),
+                                                                ULTRALYTICS_STREAMS_GOAL, True)}
+    return {name: goal for name, goal in found.items() if goal is not None}

@@ -14,12 +14,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .bare_detector import BareDetector
+from .breakdown import breakdown
 from .closed_loop import client_factory
 from .errors import LoadTestError
 from .machine import machine_info
 from .provenance import repository_record
-from .reference import InProcessPipeline, Thresholds, UltralyticsPipeline, ultralytics_missing
-from .versus import REFERENCE, SERVED, ULTRALYTICS, Side, VersusSettings, process_cpu_s, run_rounds
+from .reference import InProcessPipeline, Thresholds, ultralytics_missing
+from .ultralytics_procs import PredictSettings, UltralyticsProcesses
+from .versus import DETECTOR, REFERENCE, SERVED, ULTRALYTICS, Side, VersusSettings, process_cpu_s, run_rounds
 
 logger = logging.getLogger(__name__)
 TIMEOUT_S = 60.0
@@ -68,9 +71,24 @@ def _reference_onnx(args: argparse.Namespace, manifest: Any) -> Path:
     return source
 
 
-def sides_for(args: argparse.Namespace, grpc: str, repository: Path,
-              server_pid: int | None = None) -> tuple[list[Side], dict[str, Any]]:
-    """The served side, the in-process reference, and Ultralytics' predict where it can run (else why not)."""
+def _ultralytics(args: argparse.Namespace, onnx: Path, thresholds: Thresholds, image_size: tuple[int, int],
+                 about: dict[str, Any]) -> UltralyticsProcesses | None:
+    """Ultralytics' predict in one process per stream, or None (and why, in ``about``)."""
+    missing = "left out (--no-ultralytics)" if args.no_ultralytics else ultralytics_missing()
+    if missing is None:
+        settings = PredictSettings(str(onnx), thresholds.conf, thresholds.iou, thresholds.max_detections, image_size)
+        ultra = UltralyticsProcesses(onnx, settings)
+        about[ULTRALYTICS] = {"version": ultra.version, "models": "one YOLO(onnx) per stream, each in its own process",
+                              "session": "ONNX Runtime's defaults but one intra-op thread per core of the pinning"}
+        return ultra
+    about[ULTRALYTICS] = {"absent": missing}
+    logger.info("Ultralytics column absent: %s", missing)
+    return None
+
+
+def sides_for(args: argparse.Namespace, grpc: str, repository: Path, server_pid: int | None = None,
+              images: list[bytes] | None = None) -> tuple[list[Side], dict[str, Any], UltralyticsProcesses | None]:
+    """The served side, the in-process reference, the bare detector, and Ultralytics' predict where it can run."""
     manifest = _manifest(repository)
     onnx = _reference_onnx(args, manifest)
     t = manifest.thresholds
@@ -86,36 +104,41 @@ def sides_for(args: argparse.Namespace, grpc: str, repository: Path,
                       "intra_op_threads": reference.threads, "decode": "cv2.imdecode, full resolution",
                       "thresholds": asdict(thresholds)},
     }
-    missing = "left out (--no-ultralytics)" if args.no_ultralytics else ultralytics_missing()
-    if missing is None:
+    if images is not None:
         try:
-            ultra = UltralyticsPipeline(onnx, thresholds, reference.info.image_size)
-        except Exception as exc:  # noqa: BLE001 -- any import or load failure leaves the column out, with why
-            missing = f"Ultralytics could not load the model: {type(exc).__name__}: {exc}"
+            bare = BareDetector(repository, args.model, images)
+        except LoadTestError as exc:  # e.g. a TensorRT detector: the column is left out, saying why
+            about[DETECTOR] = {"absent": str(exc)}
         else:
-            sides.append(Side(ULTRALYTICS, ultra.factory, process_cpu_s))
-            about[ULTRALYTICS] = {"version": ultra.version, "models": "one YOLO(onnx) per stream"}
-    if missing is not None:
-        about[ULTRALYTICS] = {"absent": missing}
-        logger.info("Ultralytics column absent: %s", missing)
-    return sides, about
+            sides.append(Side(DETECTOR, bare.factory, process_cpu_s))
+            about[DETECTOR] = bare.about()
+    ultra = _ultralytics(args, onnx, thresholds, reference.info.image_size, about)
+    if ultra is not None:
+        sides.append(Side(ULTRALYTICS, ultra.factory, ultra.cpu_s))
+    return sides, about, ultra
 
 
-def measure(args: argparse.Namespace, served_at: tuple[Path, str, str, int | None], settings: VersusSettings,
-            images: list[bytes]) -> dict[str, Any]:
+def measure(args: argparse.Namespace, served_at: tuple[Path, str, str, int | None, tuple[str, Path] | None],
+            settings: VersusSettings, images: list[bytes]) -> dict[str, Any]:
     """Paired rounds on this process's cores against one server (``served_at``: repository, gRPC and metrics
-    addresses, the server's process id when it runs here)."""
-    repository, grpc, metrics, pid = served_at
-    sides, about = sides_for(args, grpc, repository, pid)
+    addresses, the server's process id when it runs here, its HTTP address and trace file when traced here),
+    then the decomposition at one stream and at the most streams."""
+    repository, grpc, metrics, pid, trace = served_at
+    sides, about, ultra = sides_for(args, grpc, repository, pid, images)
     logger.info("versus: %s, %d rounds of %s s windows at %s streams, on %d cores", ", ".join(s.name for s in sides),
                 settings.rounds, settings.window_s, ",".join(map(str, settings.streams)), len(os.sched_getaffinity(0)))
     machine = machine_info()
-    rounds = run_rounds(sides, images, settings, metrics)
+    try:
+        rounds = run_rounds(sides, images, settings, metrics)
+        steps = breakdown(sides[0], ultra, trace, args.model, images, settings)
+    finally:
+        if ultra is not None:
+            ultra.close()
     machine["loadavg_end"] = [round(v, 2) for v in os.getloadavg()]
     return {"machine": machine, "cores": len(os.sched_getaffinity(0)),
             "server": {"repository": repository_record(repository), "grpc": "external" if args.url else "embedded"},
             "images": {"count": len(images), "avg_bytes": round(sum(map(len, images)) / len(images))},
-            **about, **rounds}
+            **about, **rounds, "breakdown": steps}
 
 
 def _cpu_list(count: int) -> str:

@@ -1,4 +1,5 @@
-"""``versus``: the served ensemble against the same ONNX run in-process (and Ultralytics' ``predict``), paired.
+"""``versus``: the served ensemble against the same ONNX run in-process, the bare detector and Ultralytics'
+``predict``, paired; then where each one's time goes (Triton's trace per step, Ultralytics' own stages).
 
     python -m loadtest versus --onnx yolov8n.onnx                     # build, serve, measure on this machine
     python -m loadtest versus --onnx yolov8n.onnx --cores 1,2,4,8,16  # each core count pinned with taskset
@@ -72,23 +73,28 @@ def images_of(args: argparse.Namespace) -> list[bytes]:
 
 
 @contextlib.contextmanager
-def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, str, int | None]]:
-    """(repository, gRPC address, metrics address, server pid): the given server (no pid), or this repository
-    on an embedded one."""
+def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, str, int | None, tuple[str, Path] | None]]:
+    """(repository, gRPC address, metrics address, server pid, (HTTP address, trace file)): the given server (no
+    pid, no tracing), or this repository on an embedded one with Triton's tracing ready (off until a window)."""
     from ..versus_run import build_repository, free_ports
 
     repository = args.repository or build_repository(args.onnx, work / "repository", args.build_arg)
     if args.url:
         grpc = address_of(args.url, "grpc")
-        yield repository, grpc, f"{host_of(grpc)}:{args.metrics_port}", None
+        yield repository, grpc, f"{host_of(grpc)}:{args.metrics_port}", None, None
         return
     from generator.errors import GeneratorError
     from generator.server.embedded import EmbeddedServer
 
+    from ..trace_steps import trace_flags
+
     http, grpc_port, metrics = free_ports(3)
+    trace_file = work / "trace.json"
     try:
-        with EmbeddedServer(repository, http, grpc_port, metrics, log_file=work / "tritonserver.log") as server:
-            yield repository, server.grpc_url, server.metrics_url, server.process.pid if server.process else None
+        with EmbeddedServer(repository, http, grpc_port, metrics, log_file=work / "tritonserver.log",
+                            extra_args=trace_flags(trace_file)) as server:
+            pid = server.process.pid if server.process else None
+            yield repository, server.grpc_url, server.metrics_url, pid, (server.http_url, trace_file)
     except GeneratorError as exc:
         raise LoadTestError(f"embedded server: {exc}") from exc
 

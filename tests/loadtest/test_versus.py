@@ -18,10 +18,20 @@ from loadtest.images import synthetic_images
 from loadtest.reference import (
     InProcessPipeline,
     Thresholds,
-    pinning_escaped_by_default_threads,
     ultralytics_missing,
 )
-from loadtest.versus import REFERENCE, SERVED, Side, VersusSettings, goals, process_cpu_s, run_rounds
+from loadtest.ultralytics_procs import session_threads
+from loadtest.versus import (
+    DETECTOR,
+    REFERENCE,
+    SERVED,
+    Side,
+    VersusSettings,
+    goals,
+    goals_35,
+    process_cpu_s,
+    run_rounds,
+)
 from loadtest.versus_report import report_lines, write_plot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +95,7 @@ def test_report_and_plot_for_one_machine_and_for_a_core_sweep(result: dict[str, 
     assert plot is not None and plot.stat().st_size > 1000
     sweep = {"label": "t", "machine": one["machine"], "per_core": {"1": {**one, "cores": 1}, "2": one}}
     assert [line.split("|")[1].strip() for line in report_lines(sweep) if line.startswith("| 1 |")
-            or line.startswith("| 2 |")] == ["1", "1", "2", "2"]
+            or line.startswith("| 2 |")] == ["1", "1", "1", "2", "2", "2"]
     plot = write_plot(sweep, tmp_path / "sweep.png")
     assert plot is not None and plot.stat().st_size > 1000
 
@@ -108,15 +118,26 @@ def test_the_reference_session_has_a_spinning_thread_per_usable_core() -> None:
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
 
 
-def test_ultralytics_is_left_out_when_pinned_below_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
+def test_issue_35_goals_against_ultralytics_and_the_bare_detector() -> None:
+    spread = lambda v: {"median": v, "min": v, "max": v}  # noqa: E731
+    found = goals_35({"ultralytics": {"rps_1": spread(1.05), "rps_4": spread(1.29)}, "detector": {"p50_1": spread(1.3)}})
+    assert found["ultralytics_1_stream_rps"]["met"] is True
+    assert found["ultralytics_4_streams_rps"]["met"] is False
+    assert found["lone_request_p50_vs_detector"]["met"] is True
+    assert goals_35({"detector": {"p50_1": spread(1.31)}})["lone_request_p50_vs_detector"]["met"] is False
 
-    usable = len(os.sched_getaffinity(0))
-    monkeypatch.setattr(os, "cpu_count", lambda: usable)
-    assert pinning_escaped_by_default_threads() is None
-    monkeypatch.setattr(os, "cpu_count", lambda: usable + 14)
-    why = str(pinning_escaped_by_default_threads())
-    assert f"pinned to {usable} of the machine's {usable + 14} CPUs" in why and "default thread count" in why
+
+def test_sessions_made_with_default_threads_get_the_pinnings_count() -> None:
+    import onnxruntime
+
+    with session_threads(3):
+        session = onnxruntime.InferenceSession(str(DEMO_ONNX), providers=["CPUExecutionProvider"])
+        explicit = onnxruntime.SessionOptions()
+        explicit.intra_op_num_threads = 1
+        kept = onnxruntime.InferenceSession(str(DEMO_ONNX), explicit, providers=["CPUExecutionProvider"])
+    assert session.get_session_options().intra_op_num_threads == 3
+    assert kept.get_session_options().intra_op_num_threads == 1
+    assert onnxruntime.InferenceSession.__name__ == "InferenceSession"  # restored
 
 
 def test_ultralytics_absent_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,10 +164,27 @@ def test_versus_serves_the_demo_and_writes_json_markdown_and_plot(tmp_path: Path
     (written,) = tmp_path.glob("*-demo.json")
     data = json.loads(written.read_text())
     (record,) = data["rounds"]
-    for side in (SERVED, REFERENCE):
+    for side in (SERVED, REFERENCE, DETECTOR):
         for streams in ("1", "2"):
             assert record[side][streams]["requests"] > 0 and record[side][streams]["failures"] == 0
     assert record[SERVED]["1"]["stages"]["yolo_detector"]["executions"] > 0
     assert record[SERVED]["1"]["cpu_ms_per_image"] > 0 and record[REFERENCE]["1"]["cpu_ms_per_image"] > 0
     assert data["ultralytics"] == {"absent": "left out (--no-ultralytics)"}
+    # The decomposition: Triton's trace of every request of one window per stream count, step by step.
+    served = data["breakdown"]["served"]
+    for streams in ("1", "2"):
+        assert served[streams]["steps"] == ["yolo_preprocess", "yolo_detector", "yolo_nms"]
+        assert served[streams]["requests"] > 0 and served[streams]["steps_ms"]["yolo_detector"]["compute"] > 0
+    assert "| yolo_detector: compute |" in written.with_suffix(".md").read_text()
     assert written.with_suffix(".md").is_file() and written.with_suffix(".png").stat().st_size > 1000
+
+
+def test_the_bare_detector_side_says_why_when_the_detector_is_not_onnx_runtime_here(tmp_path: Path) -> None:
+    from loadtest.bare_detector import BareDetector
+    from loadtest.errors import LoadTestError
+
+    step = tmp_path / "yolo_detector"
+    step.mkdir()
+    (step / "config.pbtxt").write_text('name: "yolo_detector"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n')
+    with pytest.raises(LoadTestError, match="no bare detector side: detector is tensorrt_plan, not ONNX Runtime"):
+        BareDetector(tmp_path, "yolo", [b"x"])

@@ -12,7 +12,9 @@
 #
 # STUBS=cpu VERSUS_ONNX=PATH ... prepare: only what `versus` needs (issue 27, CPU only): the cpu stub environment
 # and the runtime for build, client and loadtest, no GPU repositories; the calls are then the parts, install and
-# versus (CORES=1,2,4,... picks the core counts, SPIN=1 builds with --detector-spinning).
+# versus (CORES=1,2,4,... picks the core counts, SPIN=1 builds with --detector-spinning, BUILD_ARGS="..." any other
+# variant, WINDOW the seconds per window, LABEL the results' name; VERSUS_WHEELS=DIR at prepare carries Ultralytics'
+# wheels for its predict column, issue 35).
 #
 # The device gets the checkout the session started in, not a helper's worktree. A helper stages its code there:
 # STAGE_IN=.device/NAME bash tools/gpu/offline_run.sh plan prints the calls for a copy of its tools, generator,
@@ -94,6 +96,8 @@ prepare() {
   rm -rf "$W/archive" "$W/calib" "$W/y11.onnx"
   # issue 27's served-vs-in-process benchmark on the host's cores: the exported model it builds and serves
   if [ -n "${VERSUS_ONNX:-}" ]; then mkdir -p "$W/versus" && cp "$VERSUS_ONNX" "$W/versus/model.onnx" || return 1; fi
+  # issue 35: Ultralytics' wheels (ultralytics, ultralytics-thop) for its predict column; torch is the device's own
+  if [ -n "${VERSUS_WHEELS:-}" ]; then cp "$VERSUS_WHEELS"/*.whl "$W/versus/" || return 1; fi
   plan "$tree" "$part_mib"
 }
 
@@ -296,13 +300,20 @@ versus() {  # issue 27: the served ensemble against the same ONNX in-process, ea
   runtime || return 3
   keep > /dev/null
   [ -f "$T/versus/model.onnx" ] || { echo "no model carried: prepare with VERSUS_ONNX=PATH"; return 3; }
-  local cores=${CORES:-4,8,$(nproc)} rounds=3 extra=() label=versus
+  local cores=${CORES:-4,8,$(nproc)} rounds=3 extra=(--window "${WINDOW:-4}") label=${LABEL:-versus} word
   [ "$DRY" = 1 ] && { cores=${CORES:-1,2}; rounds=1; extra=(--window 2); }
   [ "${SPIN:-0}" = 1 ] && { extra+=(--build-arg=--detector-spinning); label=versus-spinning; }
+  for word in ${BUILD_ARGS:-}; do extra+=("--build-arg=$word"); done  # a variant build, e.g. "--instances 1 1 1"
+  # Ultralytics' predict where its wheels were carried (VERSUS_WHEELS at prepare); else the column is left out
+  local ultra=(--no-ultralytics)
+  if ls "$T"/versus/*.whl > /dev/null 2>&1 && "$PY" -m pip install -q --no-index --no-deps --upgrade \
+      --target "$T/ultra" "$T"/versus/*.whl > "$T/logs/ultra-install.log" 2>&1; then
+    export PYTHONPATH="$T/ultra"; ultra=()
+  fi
   label="$label-c${cores//,/-}"
   step "$label" 570 "$RT" -m loadtest versus --onnx "$T/versus/model.onnx" --cores "$cores" --rounds $rounds \
-    --no-ultralytics "${extra[@]}" --label "$label" --results-dir "$OUT/versus"
-  grep "^|" "$T/logs/$label.log" | tail -n 12
+    "${ultra[@]}" "${extra[@]}" --label "$label" --results-dir "$OUT/versus"
+  grep "^|\|^- " "$T/logs/$label.log" | tail -n 120
   bundle "$label"
 }
 
