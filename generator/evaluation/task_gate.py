@@ -187,5 +187,5 @@ def run_task_gate(reference_onnx: Path, candidate_onnx: Path, info: DetectorInfo
         passed=drop <= max_drop_points, raw_max_abs_diff=raw_max, raw_mean_abs_diff=raw_mean,
         score_max_abs_diff=score_max, task=info.task, measure=worst, metric_names=names,
         measures={k: {"reference": r.map50_95, "candidate": c.map50_95, "reference_50": r.map50,
-                      "candidate_50": c.map50} for k, (r, c) in results.items()},
+                      "candidate_50": c.map50} for k, (r, c) in results.items() if k},
     )

@@ -57,7 +57,8 @@ def rotated_iou(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 def oks(pred: np.ndarray, truth: np.ndarray, truth_boxes: np.ndarray) -> np.ndarray:
     """Object keypoint similarity of every prediction [P, K, D] with every ground truth [G, K, D] (xyxy boxes
-    [G, 4] give the areas); ground truth keypoints below ``VISIBLE`` do not count (D = 2: all count)."""
+    [G, 4] give the areas); ground truth keypoints below ``VISIBLE`` do not count (D = 2: all count), unless none
+    is visible."""
     count = pred.shape[1] if pred.ndim == 3 else truth.shape[1]
     sigmas = COCO_KPT_SIGMAS if count == len(COCO_KPT_SIGMAS) else np.full(count, 1.0 / count)
     if not len(pred) or not len(truth):
@@ -66,6 +67,9 @@ def oks(pred: np.ndarray, truth: np.ndarray, truth_boxes: np.ndarray) -> np.ndar
     visible = truth[..., 2] >= VISIBLE if truth.shape[-1] == 3 else np.ones(truth.shape[:2], dtype=bool)
     d2 = ((pred[:, None, :, :2].astype(np.float64) - truth[None, :, :, :2]) ** 2).sum(-1)  # [P, G, K]
     e = d2 / ((2 * sigmas) ** 2 * (area[None, :, None] + 1e-9) * 2)
+    # A reference detection with no visible keypoint (its score below VISIBLE) is compared on all of them: its
+    # keypoints are still served, and COCO's box-distance fallback for such ground truth has no meaning here.
+    visible = np.where(visible.any(axis=1, keepdims=True), visible, True)
     counted = visible[None].astype(np.float64)
     return (np.exp(-e) * counted).sum(-1) / np.maximum(counted.sum(-1), 1e-9)
 

@@ -29,9 +29,10 @@ def _random_detections(rng: np.random.Generator, count: int, classes: int) -> Im
 def test_matched_ap_on_boxes_equals_faster_coco_eval() -> None:
     """The one AP every task measure shares, on boxes, against the detection gate's COCO evaluation."""
     rng = np.random.default_rng(3)
-    images = [{"id": i, "file_name": f"{i}.png", "width": 640, "height": 640} for i in range(1, 9)]
-    truth = {i["id"]: _random_detections(rng, 12, 3) for i in images}
-    predictions = {}
+    ids = range(1, 9)
+    images = [{"id": i, "file_name": f"{i}.png", "width": 640, "height": 640} for i in ids]
+    truth = {i: _random_detections(rng, 12, 3) for i in ids}
+    predictions: dict[int, ImageDetections] = {}
     for image_id, det in truth.items():
         jitter = rng.normal(0, 6, size=det.boxes.shape).astype(np.float32)
         extra = _random_detections(rng, 5, 3)
