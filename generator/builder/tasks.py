@@ -29,6 +29,6 @@ def require_served_task(info: DetectorInfo, options: BuildOptions | None = None)
     if info.task == "classify" and options.preprocess_device == "gpu":
         raise SpecError("--preprocess-device gpu letterboxes; a classification export's centre crop runs on the CPU "
                         "(drop --preprocess-device gpu)")
-    if options.precision != "fp32":
-        raise SpecError(f"--precision {options.precision}: the accuracy gate compares detection heads; a "
-                        f"{info.task} export is served in fp32 (--precision fp32)")
+    if options.precision != "fp32" and options.gate.enabled and options.gate.labels is not None:
+        raise SpecError(f"--validate-labels: the accuracy gate of the {info.task} export compares it with its FP32 "
+                        "build's own outputs on --validate-images (pseudo-labels); drop --validate-labels")

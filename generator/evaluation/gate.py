@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,20 +56,29 @@ class GateReport:
     raw_max_abs_diff: float
     raw_mean_abs_diff: float
     score_max_abs_diff: float
+    # A task head's gate (generator.evaluation.task_gate): the task, the measure that dropped most (reference
+    # and candidate are its), the names of its two numbers, and every measure of the task.
+    task: str = "detect"
+    measure: str = ""
+    metric_names: tuple[str, str] = ("mAP@0.5:0.95", "mAP@0.5")
+    measures: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_markdown(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
+        first, second = self.metric_names
         return "\n".join([
             f"# Accuracy gate: {verdict}",
             "",
             f"Control set: {self.control_set} ({self.images} images), labels: {self.label_source}.",
             "",
-            "| model | mAP@0.5:0.95 | mAP@0.5 |",
+            f"| model{f' ({self.task}: {self.measure})' if self.measure else ''} | {first} | {second} |",
             "|---|---|---|",
             f"| FP32 reference | {self.reference.map50_95:.4f} | {self.reference.map50:.4f} |",
             f"| {self.precision.upper()} built | {self.candidate.map50_95:.4f} | {self.candidate.map50:.4f} |",
+            *(f"| {self.precision.upper()} {name} (FP32) | {m['candidate']:.4f} ({m['reference']:.4f}) | "
+              f"{m['candidate_50']:.4f} ({m['reference_50']:.4f}) |" for name, m in self.measures.items()),
             "",
-            f"Drop: {self.drop_points:.2f} points mAP@0.5:0.95 ({self.drop_points_map50:.2f} at 0.5); "
+            f"Drop: {self.drop_points:.2f} points {first} ({self.drop_points_map50:.2f} of {second}); "
             f"allowed {self.max_drop_points:.2f}.",
             f"Raw head output difference (boxes and best class score per anchor): max {self.raw_max_abs_diff:.4g}, "
             f"mean {self.raw_mean_abs_diff:.4g}; best-score max {self.score_max_abs_diff:.4g}.",
@@ -212,7 +221,8 @@ def load_control_set(images: Path | None, labels: Path | None, count: int) -> Co
 
 
 def gate_summary(report: GateReport) -> str:
-    return (f"accuracy gate {'passed' if report.passed else 'FAILED'}: {report.precision} mAP@0.5:0.95 "
+    what = f"{report.measure} {report.metric_names[0]}".strip()
+    return (f"accuracy gate {'passed' if report.passed else 'FAILED'}: {report.precision} {what} "
             f"{report.candidate.map50_95:.4f} vs FP32 {report.reference.map50_95:.4f} "
             f"(drop {report.drop_points:.2f} pt, allowed {report.max_drop_points:.2f}) on {report.images} images")
 

@@ -32,6 +32,7 @@ def accuracy_gate(reference_onnx: Path, candidate: onnx.ModelProto | Path, info:
 
     ``max_drop_points`` None takes the precision's default (``DEFAULT_MAX_DROP``). The caller decides what
     a failure stops (``ensure_passed``): a build writes nothing, ``validate`` still writes its report.
+    A pose, obb, segment or classify export is measured by its task's gate (:mod:`generator.evaluation.task_gate`).
     """
     max_drop = DEFAULT_MAX_DROP[precision] if max_drop_points is None else max_drop_points
     with tempfile.TemporaryDirectory(prefix="tde-gate-") as tmp:
@@ -40,7 +41,13 @@ def accuracy_gate(reference_onnx: Path, candidate: onnx.ModelProto | Path, info:
             onnx.save(candidate, str(path))
         else:
             path = candidate
-        report = run_gate(reference_onnx, path, info, control, precision, max_drop, iou_threshold,
-                          max_detections, candidate_layout=candidate_layout)
+        if info.task == "detect":
+            report = run_gate(reference_onnx, path, info, control, precision, max_drop, iou_threshold,
+                              max_detections, candidate_layout=candidate_layout)
+        else:
+            from generator.evaluation.task_gate import run_task_gate
+
+            report = run_task_gate(reference_onnx, path, info, control, precision, max_drop, iou_threshold,
+                                   max_detections)
     logger.info("%s", gate_summary(report))
     return report

@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from generator.builder.spec.options import BuildOptions, SpecError
+from generator.builder.spec.options import BuildOptions, GateOptions, SpecError
 from generator.builder.tasks import SERVED_TASKS, require_served_task
 from generator.errors import ModelInspectionError
 from generator.model.onnx_inspect import inspect_onnx
@@ -77,10 +77,10 @@ def test_every_detection_family_is_recognised(family: str, tmp_path: Path) -> No
 
 @pytest.mark.parametrize(("head", "options", "message"), [
     ("pose", BuildOptions(nms_in_graph=True), "--nms-in-graph builds ONNX NonMaxSuppression for detection heads"),
-    ("obb", BuildOptions(precision="fp16"), "--precision fp16: the accuracy gate compares detection heads"),
+    ("obb", BuildOptions(precision="fp16", gate=GateOptions(images=Path("control"), labels=Path("coco.json"))),
+     "--validate-labels: the accuracy gate of the obb export compares it with its FP32 build's own outputs"),
     ("seg", BuildOptions(target="tensorrt"), "--target tensorrt binds one detector output"),
     ("classify", BuildOptions(preprocess_device="gpu"), "--preprocess-device gpu letterboxes"),
-    ("classify", BuildOptions(precision="int8"), "--precision int8: the accuracy gate compares detection heads"),
 ])
 def test_a_served_task_refuses_the_options_its_step_cannot_honour(head: str, options: BuildOptions, message: str,
                                                                    tmp_path: Path) -> None:

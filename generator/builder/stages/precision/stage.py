@@ -18,7 +18,9 @@ from generator.errors import GeneratorError
 from generator.evaluation.gate import IMAGE_SUFFIXES
 from generator.model.onnx_inspect import DetectorInfo
 from generator.serving.batch import prepare_batch, to_float_nchw
+from generator.serving.crop import center_crop_into
 from generator.serving.images import ImageLimits
+from generator.serving.letterbox import letterbox_into
 
 logger = logging.getLogger(__name__)
 CALIBRATION_BATCH = 8
@@ -45,11 +47,13 @@ def calibration_images(directory: Path | None, count: int) -> tuple[list[bytes],
 
 
 def _batches(data: Sequence[bytes], info: DetectorInfo, options: BuildOptions) -> Iterator[np.ndarray]:
-    """The exact serving path: header checks, (reduced) decode, letterbox, RGB, /255, model dtype."""
+    """The exact serving path: header checks, (reduced) decode, letterbox (or centre crop), RGB, /255, dtype."""
     limits = ImageLimits(options.limits.max_bytes, options.limits.max_pixels, options.limits.max_side)
+    classify = info.task == "classify"  # a classifier's own preprocess: the centre crop, full-resolution decode
+    place = center_crop_into if classify else letterbox_into
     for start in range(0, len(data), CALIBRATION_BATCH):
         batch = prepare_batch(data[start : start + CALIBRATION_BATCH], info.image_size, limits,
-                              options.reduced_decode)
+                              options.reduced_decode and not classify, place=place)
         if batch.errors:
             position, reason = next(iter(batch.errors.items()))
             raise GeneratorError(f"calibration image {start + position} rejected: {reason}")
