@@ -23,7 +23,7 @@ from generator.serving.contract import IMAGE, TASK_OUTPUTS
 from generator.synthetic import encode
 from tests.fixtures import ultralytics as fixtures
 from tests.fixtures.ultralytics.predict import TASK_FIXTURES, digest, recorded_predictions, scene_images
-from tests.integration.test_task_heads import _same_detections
+from tests.integration.task_expectations import same_as_predict
 
 pytestmark = pytest.mark.integration
 DYNAMIC = {key.replace("-static", "-dynamic"): key for key in TASK_FIXTURES}
@@ -76,7 +76,7 @@ def test_a_batch_of_every_scene_returns_what_ultralytics_predict_returned(served
     for index, (image, expected) in enumerate(zip(scenes, record["images"], strict=True)):
         assert expected["pixels_sha256"] == digest(image.tobytes())
         try:
-            counts.append(_same_detections({n: v[index] for n, v in together.items()}, expected,
+            counts.append(same_as_predict({n: v[index] for n, v in together.items()}, expected,
                                            TASK_FIXTURES[DYNAMIC[key]]))
         except AssertionError as exc:
             raise AssertionError(f"{key} scene {index}: {exc}") from exc

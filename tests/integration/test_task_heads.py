@@ -11,7 +11,6 @@ degree, masks (at the source size, RLE) at an IoU of 0.95 or more, classes equal
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,7 +18,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from clients import DetectionClient
-from clients.rle import decode_mask
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.server.embedded import EmbeddedServer
@@ -42,15 +40,12 @@ from tests.fixtures.ultralytics.predict import (
     digest,
     fixture_digest,
     recorded_predictions,
-    runs_to_mask,
     scene_images,
 )
+from tests.integration.task_expectations import same_as_predict
 
 pytestmark = pytest.mark.integration
-PIXEL_TOLERANCE = 1.0
-ANGLE_TOLERANCE = math.radians(1.0)
-MASK_IOU = 0.95
-SCORE_TOLERANCE = 1e-3  # two ONNX Runtime builds (the project's, Ultralytics' environment's) on the same graph
+
 
 
 def model_name(key: str) -> str:
@@ -86,43 +81,6 @@ def recorded(key: str) -> dict[str, object]:
     return entry
 
 
-def _same_detections(got: dict[str, np.ndarray], expected: dict[str, list], task: str) -> int:
-    if task == "classify":
-        np.testing.assert_array_equal(got[TOP_CLASSES], expected["classes"])
-        np.testing.assert_allclose(got[TOP_SCORES], expected["scores"], atol=SCORE_TOLERANCE)
-        return len(expected["classes"])
-    count = int(got["num_detections"][0])
-    assert count == len(expected["scores"])
-    np.testing.assert_array_equal(got["detection_classes"][:count], expected["classes"])
-    np.testing.assert_allclose(got["detection_scores"][:count], expected["scores"], atol=SCORE_TOLERANCE)
-    assert not got["detection_scores"][count:].any()  # padding is zero
-    if task == "pose":
-        np.testing.assert_allclose(got["detection_boxes"][:count], np.reshape(expected["boxes"], (-1, 4)),
-                                   atol=PIXEL_TOLERANCE)
-        points, want = got[KEYPOINTS][:count], np.reshape(expected["keypoints"], (count, 17, 3))
-        np.testing.assert_allclose(points[..., :2], want[..., :2], atol=PIXEL_TOLERANCE)
-        np.testing.assert_allclose(points[..., 2], want[..., 2], atol=SCORE_TOLERANCE)
-    elif task == "obb":
-        rotated, want = got[ROTATED_BOXES][:count], np.reshape(expected["rotated_boxes"], (-1, 5))
-        np.testing.assert_allclose(rotated[:, :4], want[:, :4], atol=PIXEL_TOLERANCE)
-        np.testing.assert_allclose(rotated[:, 4], want[:, 4], atol=ANGLE_TOLERANCE)
-    else:
-        np.testing.assert_allclose(got["detection_boxes"][:count], np.reshape(expected["boxes"], (-1, 4)),
-                                   atol=PIXEL_TOLERANCE)
-        _same_masks(got, expected["mask_runs"], count)
-    return count
-
-
-def _same_masks(got: dict[str, np.ndarray], runs: list[list[int]], count: int) -> None:
-    height, width = (int(v) for v in got[MASK_SIZE])
-    assert all(not m for m in got[MASKS][count:])  # padding is empty
-    for index in range(len(runs)):  # the best detections' (predict.MASKS_RECORDED)
-        served_mask = decode_mask(got[MASKS][index], height, width)
-        want = runs_to_mask(runs[index], height, width)
-        iou = (served_mask & want).sum() / max((served_mask | want).sum(), 1)
-        assert iou >= MASK_IOU, f"mask {index}: IoU {iou:.4f} with Ultralytics' ({want.sum()} pixels)"
-
-
 @pytest.mark.parametrize("key", list(TASK_FIXTURES))
 def test_served_task_outputs_equal_ultralytics_predict(server: EmbeddedServer, key: str) -> None:
     entry = recorded(key)
@@ -130,7 +88,7 @@ def test_served_task_outputs_equal_ultralytics_predict(server: EmbeddedServer, k
     for index, (image, expected) in enumerate(zip(scene_images(), entry["images"], strict=True)):  # type: ignore[call-overload]
         assert expected["pixels_sha256"] == digest(image.tobytes()), f"scene {index} is not the recorded one"
         try:
-            counts.append(_same_detections(served(server, key, encode(image, ".png")), expected,
+            counts.append(same_as_predict(served(server, key, encode(image, ".png")), expected,
                                            TASK_FIXTURES[key]))
         except AssertionError as exc:
             raise AssertionError(f"{key} scene {index}: {exc}") from exc
