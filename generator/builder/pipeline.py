@@ -243,7 +243,7 @@ def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str
     extra: dict[str, dict[str, str]] = {"detector": {}, "nms": {"raw_output": head_name}}
     if options.target == "embedded":
         extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_thread_setting),
-                             **({"spin_wait": "true"} if options.detector_spinning else {})}
+                             **({"spin_wait": spin} if (spin := options.detector_spin_setting) else {})}
     elif options.target == "onnxruntime":
         extra["detector"] = onnxruntime_thread_parameters(options)
     return extra

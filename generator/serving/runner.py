@@ -92,10 +92,11 @@ class CudaProviderError(RuntimeError):
 class OnnxRunner:
     """One ONNX Runtime session (one per batch bucket on the GPU). ``intra_op_threads``: that many, or one per core
     of this process's affinity (0 or less), never more than it may use; ``spin_wait``: ONNX Runtime's spinning
-    workers (its default; off for the served steps)."""
+    workers (its default; off for the served steps); ``spin_stop`` with it: they spin only while a run lasts."""
 
     def __init__(self, path: str | bytes, intra_op_threads: int = 0, inter_op_threads: int = 1,
-                 spin_wait: bool = False, cuda: CudaSettings | None = None, buckets: Sequence[int] = ()) -> None:
+                 spin_wait: bool = False, cuda: CudaSettings | None = None, buckets: Sequence[int] = (),
+                 spin_stop: bool = False) -> None:
         import onnxruntime as ort  # heavy; only the detector step needs it
 
         options = ort.SessionOptions()
@@ -109,6 +110,10 @@ class OnnxRunner:
         # Spinning worker threads burn the cores the preprocess and NMS steps need between batches;
         # ``spin_wait`` (ONNX Runtime's default) is for raw-detector references only.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
+        if spin_wait and spin_stop:
+            # The pool stops spinning when the last concurrent Run returns: no sleeping workers between operators,
+            # no burnt cores between requests (issue 35).
+            options.add_session_config_entry("session.force_spinning_stop", "1")
 
         def session() -> Any:
             return ort.InferenceSession(path, options, providers=session_providers(cuda))

@@ -26,6 +26,7 @@ Int8Float = Literal["auto", "fp16", "fp32"]
 SpeedGateMode = Literal["keep-faster", "record", "off"]
 HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
 Device = Literal["cpu", "gpu"]
+DetectorSpin = Literal["off", "run"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 # TensorRT's TopK takes K below 3840 (onnx-tensorrt operators.md); the in-graph NMS keeps max_det by TopK.
@@ -245,6 +246,11 @@ class BuildOptions:
     # (docs/PERFORMANCE.md); on: ONNX Runtime's own default, a few percent faster on a host the detector has to itself.
     detector_spinning: bool = option(False, "--detector-spinning", "embedded CPU detector: let ONNX Runtime's "
                                      "intra-op workers spin between operators (its own default; off: they sleep)")
+    # run: the workers spin between operators but stop when the last concurrent Run returns
+    # (ONNX Runtime's session.force_spinning_stop), so the cores are free between requests (issue 35).
+    detector_spin: DetectorSpin = option("off", "--detector-spin", "embedded CPU detector: 'run' lets ONNX "
+                                         "Runtime's intra-op workers spin only while a run lasts (they stop "
+                                         "when the last concurrent run returns); 'off': they sleep")
     calibration: PrecisionOptions = field(default_factory=PrecisionOptions)
     gate: GateOptions = field(default_factory=GateOptions)
     tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
@@ -259,6 +265,9 @@ class BuildOptions:
             raise SpecError(f"--nms-in-graph keeps at most {NMS_IN_GRAPH_MAX_DETECTIONS} detections per image "
                             f"(TensorRT's TopK limit), not {self.max_detections}; lower --max-detections or drop "
                             "--nms-in-graph")
+        if self.detector_spinning and self.detector_spin != "off":
+            raise SpecError("--detector-spinning (spin always) and --detector-spin run (spin only while a run "
+                            "lasts) contradict each other: give one")
         if self.nms_in_graph and self.python_nms:
             raise SpecError("--nms-in-graph and --python-nms contradict each other: give one")
         self._check_target_fields()
@@ -271,6 +280,9 @@ class BuildOptions:
         if self.ort_tensorrt and (self.target != "onnxruntime" or self.device != "gpu"):
             raise SpecError("--ort-tensorrt is ONNX Runtime's TensorRT execution provider on a GPU: "
                             "use it with --target onnxruntime --device gpu")
+        if self.detector_spin != "off" and self.target != "embedded":
+            raise SpecError("--detector-spin run sets the embedded detector's session (ONNX Runtime in the Python "
+                            "backend): use it with --target embedded")
         if self.tensorrt.defer_plan and self.target != "tensorrt":
             raise SpecError("--defer-plan leaves the TensorRT plan to build later: use it with --target tensorrt")
 
@@ -298,6 +310,13 @@ class BuildOptions:
         core per instance, for the default CPU topology; else ``--detector-threads`` (0: cores / instances)."""
         default_topology = self.instances is None and self.detector_device == "cpu"
         return -1 if default_topology and self.detector_threads == 0 else self.detector_threads
+
+    @property
+    def detector_spin_setting(self) -> str | None:
+        """``spin_wait`` for the embedded detector: "true" (always), "run" (only while a run lasts) or None."""
+        if self.detector_spinning:
+            return "true"
+        return "run" if self.detector_spin == "run" else None
 
     @property
     def preprocess_instances(self) -> int:

@@ -40,8 +40,9 @@ class TritonPythonModel:
             self.device_id = int(args["model_instance_device_id"])
             cuda = CudaSettings.from_parameters(params, self.device_id)
         max_batch = max(1, int(config.get("max_batch_size", 1)))
-        self.runner = OnnxRunner(str(path), threads, spin_wait=params.get("spin_wait") == "true", cuda=cuda,
-                                 buckets=batch_buckets(max_batch) if cuda else ())
+        spin = params.get("spin_wait")  # "true": always; "run": only while a run lasts (pipeline.step_parameters)
+        self.runner = OnnxRunner(str(path), threads, spin_wait=spin in ("true", "run"), spin_stop=spin == "run",
+                                 cuda=cuda, buckets=batch_buckets(max_batch) if cuda else ())
         if cuda is not None:
             # Each session sets up its cuDNN state, kernels and memory on its first run: all of them now.
             size = (int(params["input_height"]), int(params["input_width"]))

@@ -299,3 +299,22 @@ def test_a_runner_in_this_process_takes_a_thread_per_usable_core(tmp_path: Path)
     options = runner._session.get_session_options()
     assert options.intra_op_num_threads == len(os.sched_getaffinity(0))
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+@pytest.mark.parametrize(("spin_wait", "spin_stop", "allow", "stop"), [
+    (False, False, "0", None),  # the served default: workers sleep
+    (True, False, "1", None),  # ONNX Runtime's default: workers spin, also between runs
+    (True, True, "1", "1"),  # --detector-spin run: workers spin only while a run lasts
+    (False, True, "0", None),  # nothing to stop when they never spin
+])
+def test_spin_settings_reach_the_session(tmp_path: Path, spin_wait: bool, spin_stop: bool, allow: str,
+                                         stop: str | None) -> None:
+    path = save(make_detector("v8", batch="batch", seed=5), tmp_path / "spin.onnx")
+    runner = OnnxRunner(str(path), intra_op_threads=1, spin_wait=spin_wait, spin_stop=spin_stop)
+    options = runner._session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == allow
+    if stop is None:  # not set: ONNX Runtime's own behaviour (keep spinning between runs, when spinning)
+        with pytest.raises(Exception, match="does not have configuration with key"):
+            options.get_session_config_entry("session.force_spinning_stop")
+    else:
+        assert options.get_session_config_entry("session.force_spinning_stop") == stop

@@ -152,3 +152,15 @@ def test_the_detector_device_defaults_to_the_targets(kwargs: dict[str, object], 
 def test_instance_counts_default_to_the_detectors_device(options: BuildOptions, counts: tuple[int, int, int]) -> None:
     assert options.instance_counts == counts
     assert (options.preprocess_instances, options.detector_instances, options.nms_instances) == counts
+
+
+def test_detector_spin_run_is_its_own_value_and_contradicts_always_spinning() -> None:
+    assert BuildOptions().detector_spin_setting is None  # the shipped default: workers sleep
+    assert BuildOptions(detector_spin="run").detector_spin_setting == "run"
+    assert BuildOptions(detector_spinning=True).detector_spin_setting == "true"
+    with pytest.raises(SpecError, match="unknown --detector-spin 'always'; choose one of off, run"):
+        BuildOptions(detector_spin="always")  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"--detector-spinning .* and --detector-spin run .* contradict"):
+        BuildOptions(detector_spinning=True, detector_spin="run")
+    with pytest.raises(SpecError, match="--detector-spin run sets the embedded detector's session"):
+        BuildOptions(target="onnxruntime", detector_spin="run")

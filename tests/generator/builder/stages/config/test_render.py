@@ -479,3 +479,11 @@ def test_several_cpu_onnxruntime_instances_without_a_thread_count_are_warned_abo
     assert [r.getMessage() for r in caplog.records] == [
         "4 ONNX Runtime detector instances on the CPU each take every core of the host: pass --detector-threads "
         "(the serving host's cores / 4) so they do not oversubscribe it"]
+
+
+@pytest.mark.parametrize(("options", "spin"), [
+    (BuildOptions(), None), (BuildOptions(detector_spin="run"), "run"), (BuildOptions(detector_spinning=True), "true")])
+def test_the_detector_spin_setting_reaches_the_embedded_detector_config(options: BuildOptions, spin: str | None) -> None:
+    detector = configs(render_models(served(), options, step_parameters(options, "output0")))["yolo_detector"]
+    parameters = {k: v.string_value for k, v in detector.parameters.items()}
+    assert parameters.get("spin_wait") == spin
