@@ -34,7 +34,14 @@ def test_memory_per_stream_and_a_budget_that_bounds_the_site(triton_server, tmp_
     for level in record["levels"]:
         assert level["rss_peak_mb"] >= memory["idle_rss_mb"] * 0.9, level["streams"]
     assert memory["rss_per_stream_mb"] is not None and memory["rss_per_stream_mb"] >= 0
-    assert memory["streams_within_ram_budget"] > record["max_streams"] and memory["first_limit"] != "memory"
+    # A server already warmed by other tests keeps its old peak (RSS does not come back down): streams then add
+    # nothing measurable, and the budget bounds nothing rather than a made-up number of streams.
+    within = memory["streams_within_ram_budget"]
+    if memory["rss_per_stream_mb"] == 0:
+        assert within is None and "RAM budget 65536 MiB: no bound read" in roomy.stdout
+    else:
+        assert within > record["max_streams"]
+    assert memory["first_limit"] != "memory"
     assert memory["vram_per_stream_mb"] is None, "no GPU here: absent, not zero"
     assert "memory per stream: RSS +" in roomy.stdout and "RAM budget 65536 MiB" in roomy.stdout
 
