@@ -7,9 +7,9 @@ linux/arm64). The archive carries the repository the amd64 builder made (the sam
 deploy/local/site_archive.py), so ``generator build`` is not run under emulation.
 
 What it does not prove yet: the arm64 stack serving. Started under emulation (Debian 12's qemu-user-static 7.2),
-onnxruntime 1.32's aarch64 extension dies with SIGSEGV on import, so the detector's stubs never come up; and
-Debian's arm64 nginx refuses the proxy's maps there ("could not build map_hash, you should increase
-map_hash_bucket_size: 32"). Both are open (deploy/README.md, "Another architecture"). Emulation can never prove
+onnxruntime 1.32's aarch64 extension dies with SIGSEGV on import, so the detector's stubs never come up (open:
+deploy/README.md, "Another architecture"; the proxy's nginx refused its maps there too, fixed since, not yet seen
+starting under emulation). Emulation can never prove
 speed (10-20x slower than an arm64 machine), nor the kernel and libc of a real arm64 host.
 
 The lane needs the arm64 interpreter registered (.ci/run: Debian's qemu-user-static and binfmt-support) and the
