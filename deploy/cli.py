@@ -66,6 +66,8 @@ def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                         help="network of the image builds' downloads (default: %(default)s)")
     images.add_argument("--build-ca-bundle", type=Path,
                         help="CA bundle for pip in the image builds (default: $BUILD_CA_BUNDLE or the system bundle)")
+    images.add_argument("--platform", help="build (and run) the stack for this architecture, linux/amd64 or "
+                                           "linux/arm64 (default: the Docker daemon's; another one runs emulated)")
     control = argparse.ArgumentParser(add_help=False)
     control.add_argument("--control-images", type=Path,
                          help="your images for the rollout's agreement check (default: the demo's synthetic scenes)")
@@ -91,6 +93,7 @@ def _local_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     bases.add_argument("--rebuild", action="store_true", help="make the local ones again even if present")
     bases.add_argument("--no-pull", dest="pull", action="store_false", help="never ask a registry")
     bases.add_argument("--build-network", default="host", help="network of the stand-ins' apt downloads")
+    bases.add_argument("--platform", help="the architecture to make them for (default: the Docker daemon's)")
     _site_parsers(sub, common, local, images, control)
 
 
@@ -135,7 +138,9 @@ def _local(args: argparse.Namespace, settings: Settings) -> int:
 
     logging.basicConfig(level=logging.INFO, format="deploy: %(message)s", stream=sys.stderr)
     if args.command == "bases":
-        chosen = bases.resolve_bases(settings, pull=args.pull, build_network=args.build_network, force=args.rebuild)
+        target = stack.LocalStack(platform=args.platform).target()
+        chosen = bases.resolve_bases(settings, target, pull=args.pull, build_network=args.build_network,
+                                     force=args.rebuild)
         print(json.dumps(chosen))
         return 0
     if args.command in ("archive", "install"):
@@ -150,7 +155,8 @@ def _local(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     options = stack.LocalStack(project=args.project, publish=getattr(args, "publish", "settings"),
                                tls_dir=getattr(args, "tls_dir", None), pull=args.pull,
-                               build_network=args.build_network, build_ca_bundle=args.build_ca_bundle)
+                               build_network=args.build_network, build_ca_bundle=args.build_ca_bundle,
+                               platform=args.platform)
     if args.command == "build":
         print(json.dumps(stack.build(settings, options, loadtest=True)))
         return 0
@@ -193,7 +199,7 @@ def _site(args: argparse.Namespace, settings: Settings) -> dict[str, object]:
                             control_labels=args.control_labels)
             return site_install.install_site(args.archive, args.project, change)
         stack = LocalStack(project=args.project, pull=args.pull, build_network=args.build_network,
-                           build_ca_bundle=args.build_ca_bundle)
+                           build_ca_bundle=args.build_ca_bundle, platform=args.platform)
         split = parse_size(args.split) if args.split else None
         paths, listing = site_archive.make_site_archive(settings, stack, args.output, tag=args.tag,
                                                         split_bytes=split)

@@ -8,8 +8,11 @@ image that is here or can be pulled; otherwise it makes a local one, once per ma
 * ``PYTHON_IMAGE``, ``NGINX_IMAGE``, ``PROMETHEUS_IMAGE``: Debian's python3, nginx and prometheus packages on that
   base (deploy/docker/local/*.Dockerfile, rendered like every other file).
 
-They are tagged ``tde-local/...`` and carry a label with the digest of their recipe, so a changed recipe makes
-them again and an unchanged one is reused. The Dockerfiles and compose read the same variables the settings
+They are tagged ``tde-local/<name>:<suite>-<architecture>`` (``bookworm-amd64``, ``bookworm-arm64``: the bases of
+both architectures coexist, deploy/local/platforms.py) and carry a label with the digest of their recipe, so a
+changed recipe makes them again and an unchanged one is reused. Another architecture's Debian is made by
+``debootstrap --arch`` through the kernel's emulation of it (qemu-user-static), its stand-ins by ``docker build
+--platform``. The Dockerfiles and compose read the same variables the settings
 render into .env; ``python -m deploy up --local`` points those at the local tags for its own run. Grafana has
 no stand-in: no registry reachable here carries it, so the local stack runs without it.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from deploy.errors import LocalStackError
 from deploy.local import docker
+from deploy.local.platforms import Platform, why_not_runnable
 from deploy.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -76,37 +80,49 @@ class Base:
 
     setting: str
     variable: str
-    local: str
+    name: str  # tde-local/<name>:<tag>-<architecture>
+    tag: str
     dockerfile: str  # under deploy/docker/local/; "" for the Debian base itself
 
-    @property
-    def recipe_text(self) -> str:
+    def local(self, platform: Platform) -> str:
+        """The local stand-in's reference for ``platform``."""
+        return f"{LOCAL_REPO}/{self.name}:{self.tag}-{platform.debian}"
+
+    def recipe_text(self, platform: Platform) -> str:
         if not self.dockerfile:
-            return f"debootstrap minbase {DEBIAN_SUITE} {DEBIAN_MIRROR}\n{_DPKG_SLIM}{_APT_SLIM}{_SOURCES}"
-        return (LOCAL_DOCKERFILES / self.dockerfile).read_text(encoding="utf-8")
+            return (f"debootstrap minbase --arch {platform.debian} {DEBIAN_SUITE} {DEBIAN_MIRROR}\n"
+                    f"{_DPKG_SLIM}{_APT_SLIM}{_SOURCES}")
+        return f"{platform.docker}\n" + (LOCAL_DOCKERFILES / self.dockerfile).read_text(encoding="utf-8")
 
 
-DEBIAN = Base("debian_image", "DEBIAN_IMAGE", f"{LOCAL_REPO}/debian:{DEBIAN_SUITE}", "")
+DEBIAN = Base("debian_image", "DEBIAN_IMAGE", "debian", DEBIAN_SUITE, "")
 BASES = (
     DEBIAN,
-    Base("python_image", "PYTHON_IMAGE", f"{LOCAL_REPO}/python:3.11-{DEBIAN_SUITE}", "python.Dockerfile"),
-    Base("nginx_image", "NGINX_IMAGE", f"{LOCAL_REPO}/nginx:{DEBIAN_SUITE}", "nginx.Dockerfile"),
-    Base("prometheus_image", "PROMETHEUS_IMAGE", f"{LOCAL_REPO}/prometheus:{DEBIAN_SUITE}", "prometheus.Dockerfile"),
+    Base("python_image", "PYTHON_IMAGE", "python", f"3.11-{DEBIAN_SUITE}", "python.Dockerfile"),
+    Base("nginx_image", "NGINX_IMAGE", "nginx", DEBIAN_SUITE, "nginx.Dockerfile"),
+    Base("prometheus_image", "PROMETHEUS_IMAGE", "prometheus", DEBIAN_SUITE, "prometheus.Dockerfile"),
 )
 
 
-def _recipe(base: Base, debian_id: str = "") -> str:
+def _recipe(base: Base, platform: Platform, debian_id: str = "") -> str:
     """Digest of what makes ``base``: its recipe text and, for a stand-in, the Debian image it starts from."""
-    return hashlib.sha256(f"{base.recipe_text}\n{debian_id}".encode()).hexdigest()
+    return hashlib.sha256(f"{base.recipe_text(platform)}\n{debian_id}".encode()).hexdigest()
 
 
-def pinned_available(image: str, pull: bool) -> bool:
-    """The pinned image is here, or (``pull``) a registry hands it over."""
-    if docker.has_image(image):
+def image_architecture(image: str) -> str | None:
+    """The architecture a local image was built for (Debian's name: amd64, arm64); None when it is not here."""
+    result = docker.run(["image", "inspect", "--format", "{{.Architecture}}", image], check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def pinned_available(image: str, pull: bool, platform: Platform) -> bool:
+    """The pinned image is here for ``platform``, or (``pull``) a registry hands that architecture over."""
+    if image_architecture(image) == platform.debian:
         return True
     if not pull:
         return False
-    result = docker.run(["pull", "--quiet", image], timeout_s=PULL_TIMEOUT_S, check=False)
+    result = docker.run(["pull", "--quiet", "--platform", platform.docker, image], timeout_s=PULL_TIMEOUT_S,
+                        check=False)
     if result.returncode != 0:
         said = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no answer"]
         logger.info("cannot pull %s (%s); making a local stand-in", image, said[0])
@@ -117,37 +133,45 @@ def _image_id(image: str) -> str:
     return docker.run(["image", "inspect", "--format", "{{.Id}}", image]).stdout.strip()
 
 
-def make_debian(force: bool = False) -> str:
-    """The local Debian base (debootstrap + docker import), made unless one of this recipe is here."""
-    recipe = _recipe(DEBIAN)
-    if not force and docker.image_label(DEBIAN.local, RECIPE_LABEL) == recipe:
-        logger.info("reusing %s", DEBIAN.local)
-        return DEBIAN.local
+def make_debian(platform: Platform, force: bool = False) -> str:
+    """The local Debian base of ``platform`` (debootstrap + docker import), made unless one of this recipe is here."""
+    local, recipe = DEBIAN.local(platform), _recipe(DEBIAN, platform)
+    if not force and docker.image_label(local, RECIPE_LABEL) == recipe:
+        logger.info("reusing %s", local)
+        return local
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         raise LocalStackError(
-            f"no registry hands out {DEBIAN.setting} and making {DEBIAN.local} needs root and debootstrap: "
+            f"no registry hands out {DEBIAN.setting} and making {local} needs root and debootstrap: "
             "run `apt-get install debootstrap` and `python -m deploy bases --local` as root once on this machine"
         )
     with tempfile.TemporaryDirectory(prefix="tde-debian-", dir="/var/tmp") as tmp:
         root = Path(tmp) / "rootfs"
-        logger.info("making %s: debootstrap %s from %s (about a minute)", DEBIAN.local, DEBIAN_SUITE, DEBIAN_MIRROR)
-        result = subprocess.run(["debootstrap", "--variant=minbase", DEBIAN_SUITE, str(root), DEBIAN_MIRROR],
-                                capture_output=True, text=True, check=False)
+        logger.info("making %s: debootstrap --arch %s %s from %s (a minute natively, minutes emulated)", local,
+                    platform.debian, DEBIAN_SUITE, DEBIAN_MIRROR)
+        result = subprocess.run(["debootstrap", "--variant=minbase", f"--arch={platform.debian}", DEBIAN_SUITE,
+                                 str(root), DEBIAN_MIRROR], capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise LocalStackError(f"debootstrap {DEBIAN_SUITE} failed: {(result.stderr or result.stdout)[-600:]}")
+            raise LocalStackError(f"debootstrap {DEBIAN_SUITE} ({platform.debian}) failed: "
+                                  f"{(result.stderr or result.stdout)[-600:]}")
         _slim(root)
-        tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
-        try:
-            imported = subprocess.run(
-                ["docker", "import", "--change", 'CMD ["bash"]', "--change", f"LABEL {RECIPE_LABEL}={recipe}",
-                 "-", DEBIAN.local], stdin=tar.stdout, capture_output=True, text=True, check=False)
-        finally:
-            if tar.stdout is not None:
-                tar.stdout.close()
-            tar.wait()
-        if imported.returncode != 0 or tar.returncode != 0:
-            raise LocalStackError(f"docker import of the Debian root failed: {imported.stderr.strip()[-400:]}")
-    return DEBIAN.local
+        _import(root, local, recipe, platform)
+    return local
+
+
+def _import(root: Path, local: str, recipe: str, platform: Platform) -> None:
+    """``docker import`` of a root folder as ``local``, labelled with its recipe, for ``platform``."""
+    tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
+    try:
+        imported = subprocess.run(
+            ["docker", "import", "--platform", platform.docker, "--change", 'CMD ["bash"]',
+             "--change", f"LABEL {RECIPE_LABEL}={recipe}", "-", local],
+            stdin=tar.stdout, capture_output=True, text=True, check=False)
+    finally:
+        if tar.stdout is not None:
+            tar.stdout.close()
+        tar.wait()
+    if imported.returncode != 0 or tar.returncode != 0:
+        raise LocalStackError(f"docker import of the Debian root failed: {imported.stderr.strip()[-400:]}")
 
 
 def _slim(root: Path) -> None:
@@ -166,33 +190,40 @@ def _slim(root: Path) -> None:
                 path.unlink()
 
 
-def make_standin(base: Base, debian: str, build_network: str, force: bool = False) -> str:
-    """A stand-in built from its local Dockerfile on ``debian``, unless one of this recipe is here."""
-    recipe = _recipe(base, _image_id(debian))
-    if not force and docker.image_label(base.local, RECIPE_LABEL) == recipe:
-        logger.info("reusing %s", base.local)
-        return base.local
-    logger.info("making %s from %s", base.local, base.dockerfile)
-    docker.run(["build", "--quiet", "--network", build_network, "--build-arg", f"DEBIAN_IMAGE={debian}",
-                "--label", f"{RECIPE_LABEL}={recipe}", "-t", base.local, "-f",
+def make_standin(base: Base, debian: str, platform: Platform, build_network: str, force: bool = False) -> str:
+    """A stand-in built for ``platform`` from its local Dockerfile on ``debian``, unless one of this recipe is here."""
+    local, recipe = base.local(platform), _recipe(base, platform, _image_id(debian))
+    if not force and docker.image_label(local, RECIPE_LABEL) == recipe:
+        logger.info("reusing %s", local)
+        return local
+    logger.info("making %s from %s", local, base.dockerfile)
+    docker.run(["build", "--quiet", "--platform", platform.docker, "--network", build_network, "--build-arg",
+                f"DEBIAN_IMAGE={debian}", "--label", f"{RECIPE_LABEL}={recipe}", "-t", local, "-f",
                 str(LOCAL_DOCKERFILES / base.dockerfile), str(LOCAL_DOCKERFILES)], timeout_s=BUILD_TIMEOUT_S)
-    return base.local
+    return local
 
 
-def resolve_bases(settings: Settings, *, pull: bool = True, build_network: str = "host",
-                  force: bool = False) -> dict[str, str]:
-    """.env variable -> the image to use: the pinned one where it is here or pulls, else the local stand-in."""
+def resolve_bases(settings: Settings, platform: Platform, *, pull: bool = True, build_network: str = "host",
+                  force: bool = False, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """.env variable -> the image to use for ``platform``: the pinned one where it is here for that architecture or
+    pulls, else the local stand-in (none for the variables in ``skip``). Another architecture than the daemon's
+    needs its emulation registered."""
+    from deploy.local.platforms import daemon_platform
+
+    reason = why_not_runnable(platform, daemon_platform())
+    if reason is not None:
+        raise LocalStackError(f"cannot build images for {platform.docker} here: {reason}")
     chosen: dict[str, str] = {}
     debian = ""
-    for base in BASES:
+    for base in (b for b in BASES if b.variable not in skip):
         pinned = str(getattr(settings, base.setting))
-        if not force and pinned_available(pinned, pull):
+        if not force and pinned_available(pinned, pull, platform):
             chosen[base.variable] = pinned
             continue
         if base is DEBIAN:
-            debian = make_debian(force)
+            debian = make_debian(platform, force)
             chosen[base.variable] = debian
         else:
             debian = debian or chosen[DEBIAN.variable]
-            chosen[base.variable] = make_standin(base, debian, build_network, force)
+            chosen[base.variable] = make_standin(base, debian, platform, build_network, force)
     return chosen

@@ -3,7 +3,10 @@ with no network (the format: site.py).
 
 1. ``build``: the engine floor, the base images, the stack's images (layer-cached, as ``deploy up`` does);
 2. the repository: the builder image run once, with no network, into a scratch volume, exactly as the stack's
-   builder runs; what ``/models/current`` points at is carried, its manifests among its files;
+   builder runs; what ``/models/current`` points at is carried, its manifests among its files. For another
+   architecture (``--platform``, run emulated here) the builder of this daemon's own architecture makes it: the
+   CPU stack's repository (ONNX, Python backend, configuration) is the same bytes on every architecture, and
+   emulation is 10-20x slower. The site's own builder then finds it built from the same settings and reuses it;
 3. the compose file, .env and the configuration files it binds, rendered from the same settings;
 4. ``docker save`` of the images under the archive's own tags (``tde-site/<name>:<tag>``), one tar: layers that
    images share travel once. The tags are removed from this machine again (the images keep their own);
@@ -19,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import subprocess
 import tarfile
 import tempfile
@@ -28,6 +30,7 @@ from typing import Any
 
 from deploy.commands import builder_command
 from deploy.local import docker
+from deploy.local.platforms import Platform, daemon_platform
 from deploy.local.site import (
     BASE_IMAGES,
     BUILT_IMAGES,
@@ -41,7 +44,7 @@ from deploy.local.site import (
     site_refs,
     site_variables,
 )
-from deploy.local.stack import DEPLOY_DIR, LocalStack, build, installed_site
+from deploy.local.stack import DEPLOY_DIR, LocalStack, build, installed_site, platform_env
 from deploy.settings import BUILD_TARGETS, Settings
 from generator import __version__
 from generator.archive.indexed_tar import file_entries, members_of, publish
@@ -56,15 +59,16 @@ SAVE_TIMEOUT_S = 1800.0
 EXPORT = 'cd /models && tar -c "$(readlink current)" $(find . -maxdepth 1 -type f ! -name ".*" -printf "%P ")'
 
 
-def source_refs(bases: dict[str, str]) -> dict[str, str]:
+def source_refs(bases: dict[str, str], overrides: dict[str, str] | None = None) -> dict[str, str]:
     """The .env variable -> the local image the stack runs: the built ones as compose names them (deploy/.env,
-    where the environment wins, compose's rule), the bases as chosen."""
+    where the environment wins, compose's rule, and the run's own ``overrides`` win over both), the bases as
+    chosen."""
     from deploy.composefile import parse_env
 
     committed = parse_env((DEPLOY_DIR / ".env").read_text(encoding="utf-8"))
 
     def value(key: str) -> str:
-        return os.environ.get(key) or committed[key]
+        return (overrides or {}).get(key) or os.environ.get(key) or committed[key]
 
     return {**{v: f"{value(v)}:{value('CPU_IMAGE_TAG')}" for v in BUILT_IMAGES}, **{v: bases[v] for v in BASE_IMAGES}}
 
@@ -192,6 +196,18 @@ def save_images(sources: dict[str, str], variables: dict[str, str], path: Path) 
     return check_saved(path, list(targets.values()))
 
 
+def repository_builder(settings: Settings, stack: LocalStack, target: Platform, builder: str) -> str:
+    """The builder image that makes the archive's repository: the target's own, or, where the target runs
+    emulated here, this daemon's (step 2 of the module docstring), built (layer-cached) under its default tags."""
+    native = daemon_platform()
+    if target == native:
+        return builder
+    logger.info("the repository is the same on every architecture: building it with the %s builder, not under "
+                "%s emulation", native.docker, target.machine)
+    own = dataclasses.replace(stack, platform=None)
+    return source_refs(build(settings, own))["BUILDER_CPU_IMAGE"]
+
+
 def make_site_archive(settings: Settings, stack: LocalStack, output: Path, *, tag: str | None = None,
                       split_bytes: int | None = None) -> tuple[list[Path], Path]:
     """Steps 1-5 of the module docstring; the archive's path, or its parts, and their ``.sha256`` listing."""
@@ -199,20 +215,22 @@ def make_site_archive(settings: Settings, stack: LocalStack, output: Path, *, ta
         raise SiteArchiveError(f"the project {stack.project} is a site installed from an archive; make archives "
                                "with another --project (the default, or any name of yours)")
     bases = build(settings, stack)
-    sources = source_refs(bases)
+    sources = source_refs(bases, platform_env(settings, stack))
     ids = {variable: image_id(ref) for variable, ref in sources.items()}
     tag = check_tag(tag or default_tag(ids, settings))
     variables = site_variables(tag)
+    target = stack.target()
     output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output, prefix=".tde-site-") as tmp:
         payload = Path(tmp) / "payload"
-        build_name = build_repository(settings, sources["BUILDER_CPU_IMAGE"], payload / "repository", Path(tmp))
+        builder = repository_builder(settings, stack, target, sources["BUILDER_CPU_IMAGE"])
+        build_name = build_repository(settings, builder, payload / "repository", Path(tmp))
         write_compose(settings, payload / "compose")
         images = save_images(sources, variables, payload / IMAGES)
         members = members_of(payload)
         manifests = sorted(n for n in members if n.startswith("repository/") and n.endswith("/manifest.json"))
-        index = {"format": FORMAT, "kind": KIND, "tool_version": __version__, "machine": platform.machine(),
-                 "tag": tag, "variables": variables, "images": [{"ref": r, "id": i} for r, i in images.items()],
+        index = {"format": FORMAT, "kind": KIND, "tool_version": __version__, "machine": target.machine,
+                 "platform": target.docker, "tag": tag, "variables": variables, "images": [{"ref": r, "id": i} for r, i in images.items()],
                  "repository": {"build": build_name, "manifests": manifests,
                                 "volume_files": sorted(n.split("/", 1)[1] for n in members if n.count("/") == 1
                                                        and n.startswith("repository/"))},

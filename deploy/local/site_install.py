@@ -2,7 +2,8 @@
 
 Everything is checked before anything is loaded: every part there and whole (and its sha256 the one the
 archive's ``.sha256`` listing gives, where that is beside it), the index first and of this kind
-and machine, every member listed with its size and sha256 (generator/archive/indexed_tar.py, the reader the
+and for an architecture the Docker daemon runs (its own, or another one whose emulation is registered:
+deploy/local/platforms.py), every member listed with its size and sha256 (generator/archive/indexed_tar.py, the reader the
 embedded server's archive uses too), nothing unlisted, nothing missing, and ``docker save``'s own manifest naming
 every image with every layer it needs. A refusal names the archive and the problem and loads nothing. Then:
 
@@ -37,8 +38,16 @@ from typing import Any
 
 import yaml
 
+from deploy.errors import LocalStackError
 from deploy.local import docker
 from deploy.local.docker_versions import check_engine
+from deploy.local.platforms import (
+    Platform,
+    by_machine,
+    daemon_platform,
+    emulation_registered,
+    why_not_runnable,
+)
 from deploy.local.site import (
     FORMAT,
     IMAGES,
@@ -83,13 +92,25 @@ if [ "$(readlink current)" = "$b" ]; then echo stable; else echo candidate; fi
 """
 
 
-def check_index(index: dict[str, Any], name: str) -> None:
-    """Refuse an index that is not a site archive for this machine, before a member is read."""
+def archive_platform(index: dict[str, Any], name: str) -> Platform:
+    """The architecture of the archive's images (archives before ``platform`` was recorded name the machine)."""
+    recorded = str(index.get("platform") or index.get("machine"))
+    try:
+        return by_machine(recorded)
+    except LocalStackError:
+        raise refusal(name, f"its images are for {recorded}, which this stack is not built for") from None
+
+
+def check_index(index: dict[str, Any], name: str, daemon: Platform | None = None) -> None:
+    """Refuse an index that is not a site archive for this daemon (default: this machine's architecture), before
+    a member is read."""
     if index.get("kind") != KIND:
         raise refusal(name, f"it is not a site archive (kind {index.get('kind')!r}); python -m generator serve "
                             "--prepare --from-archive installs the embedded server's")
-    if index.get("machine") != platform.machine():
-        raise refusal(name, f"its images are for {index.get('machine')}, this machine is {platform.machine()}")
+    target = archive_platform(index, name)
+    reason = why_not_runnable(target, daemon or by_machine(platform.machine()))
+    if reason is not None:
+        raise refusal(name, f"its images are for {target.docker} ({target.machine}) and {reason}")
     try:
         tag = check_tag(str(index.get("tag")))
         variables = carried(index.get("variables") or {})
@@ -164,7 +185,11 @@ def place_repository(project: str, root: Path, index: dict[str, Any]) -> str:
 def stage_site(root: Path, index: dict[str, Any]) -> Path:
     """The archive's rendered files with the image variables, the settings and the index beside them."""
     staged = root / "compose"
-    (staged / SITE_ENV).write_text("".join(f"{k}={v}\n" for k, v in sorted(index["variables"].items())))
+    # Compose starts the site's containers for the archive's architecture (emulated where the daemon's differs).
+    known = index.get("platform") or index.get("machine")
+    recorded = {"DOCKER_DEFAULT_PLATFORM": archive_platform(index, "").docker} if known else {}
+    env = {**index["variables"], **recorded}
+    (staged / SITE_ENV).write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
     (staged / SETTINGS_FILE).write_text(yaml.safe_dump(index["settings"], sort_keys=True))
     (staged / SITE_INDEX).write_text(json.dumps({k: v for k, v in index.items() if k != "files"}, indent=1) + "\n")
     return staged
@@ -269,7 +294,12 @@ def install_site(given: Path, project: str, change: Update | None = None) -> dic
     with tempfile.TemporaryDirectory(dir=SITES_ROOT, prefix=".incoming-") as tmp:
         root = Path(tmp)
         check_parts(given)
-        index = READER.read_verified(given, root, lambda index: check_index(index, given.name))
+        daemon = daemon_platform()
+        index = READER.read_verified(given, root, lambda index: check_index(index, given.name, daemon))
+        target = archive_platform(index, given.name)
+        if target != daemon and emulation_registered(target):
+            logger.warning("the archive's images are for %s and run emulated on this %s daemon: the same images "
+                           "and path, 10-20x slower", target.docker, daemon.docker)
         _check_images(root, index, given.name)
         logger.info("archive %s verified: %d files, tag %s, format %d", given.name, len(index["files"]), index["tag"],
                     FORMAT)

@@ -6,6 +6,9 @@ the CPU stack's images (layer-cached), starts ``pod``, ``proxy``, ``builder-cpu`
 ``prometheus`` from the committed ``deploy/docker-compose.yml`` and waits until each is healthy (the builder:
 exited 0). Its last line on stdout is one JSON object: ``https``, ``grpcs``, ``ca_cert``, ``prometheus``,
 ``admin_token_file``. ``down`` removes the project's containers, networks and volumes, and the credentials.
+``--platform linux/arm64`` builds and runs the same stack for another architecture (platforms.py): its bases and
+images carry the architecture in their tags, so both coexist on one daemon, and compose builds and starts them
+for it (DOCKER_DEFAULT_PLATFORM); on a daemon of another architecture that runs under emulation.
 A project installed from a site archive (``deploy install``, site_install.py) runs from the archive's rendered
 files and images instead: ``up`` then builds nothing and pulls nothing, and ``down`` keeps the installed site.
 """
@@ -24,6 +27,7 @@ from deploy.local import docker
 from deploy.local.bases import resolve_bases
 from deploy.local.credentials import Credentials, ensure_credentials
 from deploy.local.docker_versions import check_engine
+from deploy.local.platforms import Platform, daemon_platform, parse
 from deploy.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -59,6 +63,15 @@ class LocalStack:
     pull: bool = True
     build_network: str = "host"
     build_ca_bundle: Path | None = None
+    platform: str | None = None  # linux/arm64: another architecture than the daemon's (None: the daemon's own)
+
+    def __post_init__(self) -> None:
+        if self.platform:
+            parse(self.platform)  # an unknown one is refused before anything runs
+
+    def target(self) -> Platform:
+        """The architecture the stack's images are built and run for."""
+        return parse(self.platform) if self.platform else daemon_platform()
 
     @property
     def state(self) -> Path:
@@ -115,6 +128,7 @@ def stack_env(settings: Settings, stack: LocalStack, credentials: Credentials | 
         "BUILD_CA_BUNDLE": str(stack.ca_bundle()),
         "PROXY_MODELS_VOLUME": "model-repository-cpu",  # the rollout's split, in the CPU stack's volume
         **bases,
+        **platform_env(settings, stack),
     }
     if credentials is not None:
         env.update(TLS_DIR=str(credentials.tls_dir), LOADTEST_CA_FILE=str(credentials.ca_cert),
@@ -126,6 +140,15 @@ def stack_env(settings: Settings, stack: LocalStack, credentials: Credentials | 
     if stack.publish == "auto":
         env.update(PROXY_HTTP_PORT="0", PROXY_GRPC_PORT="0", PROMETHEUS_PORT="0", GRAFANA_PORT="0", LOCUST_WEB_PORT="0")
     return env
+
+
+def platform_env(settings: Settings, stack: LocalStack) -> dict[str, str]:
+    """With ``--platform``: compose builds and runs every service for it, and the built images' tag names it, so
+    another architecture's images never take the default tags (the daemon's own architecture builds under those)."""
+    if not stack.platform:
+        return {}
+    target = parse(stack.platform)
+    return {"DOCKER_DEFAULT_PLATFORM": target.docker, "CPU_IMAGE_TAG": f"{settings.cpu_image_tag}-{target.debian}"}
 
 
 def published(stack: LocalStack, env: dict[str, str], service: str, port: int) -> int:
@@ -171,7 +194,10 @@ def _why_not_healthy(stack: LocalStack, env: dict[str, str]) -> str:
 def build(settings: Settings, stack: LocalStack, *, loadtest: bool = False) -> dict[str, str]:
     """Check the engine, pick or make the bases, build the stack's images (layer-cached); the bases chosen."""
     check_engine()
-    bases = resolve_bases(settings, pull=stack.pull, build_network=stack.build_network)
+    # The load test drives a site from elsewhere: for another architecture only the stack itself is built.
+    loadtest = loadtest and not stack.platform
+    bases = resolve_bases(settings, stack.target(), pull=stack.pull, build_network=stack.build_network,
+                          skip=() if loadtest or not stack.platform else ("PYTHON_IMAGE",))
     services = (*BUILT_SERVICES, *(("locust-master",) if loadtest else ()))
     logger.info("building %s (cached layers are reused)", ", ".join(services))
     docker.run(compose_args(stack.project, "build", *services), env=stack_env(settings, stack, None, bases),

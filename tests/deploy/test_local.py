@@ -12,7 +12,7 @@ import pytest
 from deploy.cli import main
 from deploy.composefile import load_compose, parse_env
 from deploy.errors import LocalStackError
-from deploy.local import bases, docker_versions
+from deploy.local import bases, docker_versions, platforms
 from deploy.local.credentials import ensure_credentials
 from deploy.local.stack import UNUSED_NGC_DIGEST, LocalStack, stack_env
 from deploy.policy.compose import PINNED_ENV
@@ -102,9 +102,13 @@ def test_the_runs_variables_pick_free_ports_and_only_let_the_gpu_services_interp
 def test_every_pinned_base_but_grafana_has_a_local_stand_in() -> None:
     settings = Settings()
     assert {base.variable for base in bases.BASES} == set(PINNED_ENV) - {"GRAFANA_IMAGE"}
+    amd64, arm64 = platforms.PLATFORMS
     for base in bases.BASES:
-        assert base.local.startswith(f"{bases.LOCAL_REPO}/") and getattr(settings, base.setting)
-        assert base.recipe_text  # a rendered Dockerfile, or the debootstrap recipe
+        assert base.local(amd64).startswith(f"{bases.LOCAL_REPO}/") and getattr(settings, base.setting)
+        assert base.recipe_text(amd64)  # a rendered Dockerfile, or the debootstrap recipe
+        # Each architecture has its own tag and recipe: amd64 and arm64 stand-ins coexist, neither reused for the other.
+        assert base.local(amd64).endswith("-amd64") and base.local(arm64) == base.local(amd64)[:-5] + "arm64"
+        assert bases._recipe(base, amd64) != bases._recipe(base, arm64)
 
 
 def test_up_down_and_bases_need_local(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from deploy.cli import main
-from deploy.local import site, site_install, stack
+from deploy.local import platforms, site, site_install, stack
 from deploy.local.site_archive import check_saved, write_compose
 from deploy.settings import Settings
 from generator.archive.indexed_tar import file_entries, write_indexed_tar
@@ -161,6 +161,7 @@ def test_install_refuses_a_tampered_archive_in_one_line_and_never_calls_docker(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(site_install, "check_engine", lambda: ((26, 1), (2, 26)))
+    monkeypatch.setattr(site_install, "daemon_platform", lambda: platforms.by_machine(platform.machine()))
     monkeypatch.setattr(site_install, "SITES_ROOT", tmp_path / "sites")
     monkeypatch.setattr(site, "SITES_ROOT", tmp_path / "sites")
     archive = write_site_archive(tmp_path)

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
-import sys
 import tarfile
 import threading
 import time
@@ -32,7 +29,9 @@ from clients import NO_RETRY, DetectionClient
 from deploy.local import site, stack
 from deploy.settings import Settings
 
-from .conftest import REPO, _no_engine, docker, probe_image
+from .conftest import _no_engine, docker, probe_image
+from .site_daemon import TIMEOUT_S, SiteDaemon, running_site_daemon
+from .site_daemon import deploy as run_deploy
 
 pytestmark = [pytest.mark.live]
 
@@ -48,8 +47,6 @@ ROLLOUT_FLAGS = "--window-s 15 --watch-s 10 --canary-percent 30"
 # moves the tags another project's stack runs from.
 BUILT = {"TRITON_CPU_IMAGE": f"tde-site-build-{PID}/yolo-triton-cpu",
          "BUILDER_CPU_IMAGE": f"tde-site-build-{PID}/yolo-builder-cpu"}
-TIMEOUT_S = 1800
-NO_PROXY_ANSWERS = "http://127.0.0.1:9"  # the site daemon's proxy for pulls: nothing listens there
 
 
 @dataclass
@@ -63,29 +60,8 @@ class Archive:
         return [image["ref"] for image in self.index["images"]]
 
 
-@dataclass
-class SiteDaemon:
-    """The site's dockerd: its environment (``DOCKER_HOST``) for the docker and deploy commands."""
-
-    env: dict[str, str]
-
-    def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(["docker", *args], env={**os.environ, **self.env}, capture_output=True, text=True,
-                                timeout=300, check=False)
-        if check and result.returncode != 0:
-            raise AssertionError(f"site docker {' '.join(args[:3])} failed: {result.stderr[-1000:]}")
-        return result
-
-    def deploy(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return deploy(*args, env=self.env)
-
-    def images(self) -> list[str]:
-        return self.docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
-
-
 def deploy(*args: str, env: dict[str, str] | None = None, timeout_s: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout_s, check=False, env={**os.environ, **BUILT, **(env or {})})
+    return run_deploy(*args, env={**BUILT, **(env or {})}, timeout_s=timeout_s)
 
 
 def present(refs: list[str]) -> list[str]:
@@ -127,36 +103,9 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
 def site_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteDaemon]:
     """A dockerd of the site's own (module docstring), stopped and removed at the end."""
     _engine_or_skip()
-    if shutil.which("dockerd") is None or os.geteuid() != 0:
-        pytest.fail("the site test starts a second dockerd: it needs the dockerd binary and root")
-    root = Path(f"/var/tmp/tde-site-daemon-{PID}")  # short: the socket path must fit in sun_path
-    root.mkdir(parents=True, exist_ok=True)
-    socket, log = root / "docker.sock", tmp_path_factory.mktemp("site-daemon") / "dockerd.log"
-    command = ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "--pidfile",
-               str(root / "dockerd.pid"), "-H", f"unix://{socket}", "--bridge", "none", "--iptables=false",
-               "--ip6tables=false", "--ip-masq=false", "--containerd-namespace", f"tde-site-{PID}",
-               "--containerd-plugins-namespace", f"tde-site-{PID}-plugins",
-               "--default-address-pool", f"base=10.{200 + PID % 50}.0.0/16,size=24"]
-    proxy = {"HTTP_PROXY": NO_PROXY_ANSWERS, "HTTPS_PROXY": NO_PROXY_ANSWERS, "NO_PROXY": ""}
-    with log.open("w") as sink:
-        daemon = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **proxy})
-    handle = SiteDaemon({"DOCKER_HOST": f"unix://{socket}"})
-    try:
-        deadline = time.monotonic() + 60
-        while handle.docker("info", check=False).returncode != 0:
-            assert daemon.poll() is None and time.monotonic() < deadline, f"the site dockerd: {log.read_text()[-2000:]}"
-            time.sleep(0.5)
+    log = tmp_path_factory.mktemp("site-daemon") / "dockerd.log"
+    with running_site_daemon(f"tde-site-{PID}", log, PROJECT, BUILT) as handle:
         yield handle
-    finally:
-        handle.deploy("down", "--local", "--project", PROJECT)
-        shutil.rmtree(site.site_dir(PROJECT), ignore_errors=True)
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_tampered_archive_is_refused_by_name_and_loads_nothing(archive: Archive, site_daemon: SiteDaemon) -> None:
