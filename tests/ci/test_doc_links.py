@@ -6,6 +6,7 @@ The README sends users to docs/ for the details: a moved or renamed section must
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,14 @@ FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 
 
 def markdown_files() -> list[Path]:
-    return sorted(p for p in ROOT.rglob("*.md") if not SKIP_DIRS & set(p.relative_to(ROOT).parts))
+    """The checkout's Markdown: what git tracks or would add (git-ignored scratch copies are not the project's)."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (an unpacked release)
+        return sorted(p for p in ROOT.rglob("*.md") if not SKIP_DIRS & set(p.relative_to(ROOT).parts))
+    return sorted(p for p in (ROOT / line for line in listed) if p.is_file()
+                  and not SKIP_DIRS & set(p.relative_to(ROOT).parts))
 
 
 def anchor(heading: str) -> str:
