@@ -149,14 +149,23 @@ def render_table(cells: Mapping[tuple[str, str, str, str], Cell], refusals: Mapp
     return "\n".join(lines)
 
 
-def readme_table(text: str) -> str:
-    match = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, re.S)
+def readme_block(text: str, begin: str = BEGIN, end: str = END) -> str:
+    """The generated table between ``begin`` and ``end`` in the README's ``text``."""
+    match = re.search(re.escape(begin) + r"\n(.*?)\n" + re.escape(end), text, re.S)
     if match is None:
-        raise AssertionError(f"README.md has no {BEGIN} ... {END} block")
+        raise AssertionError(f"README.md has no {begin} ... {end} block")
     return match.group(1)
 
 
-def replace_readme_table(text: str, table: str) -> str:
-    return re.sub(re.escape(BEGIN) + r"\n.*?\n" + re.escape(END), lambda _m: f"{BEGIN}\n{table}\n{END}", text,
+def replace_readme_block(text: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    return re.sub(re.escape(begin) + r"\n.*?\n" + re.escape(end), lambda _m: f"{begin}\n{table}\n{end}", text,
                   flags=re.S)
+
+
+def readme_table(text: str) -> str:
+    return readme_block(text)
+
+
+def replace_readme_table(text: str, table: str) -> str:
+    return replace_readme_block(text, table)
 

@@ -7,7 +7,6 @@ in-process through the serving post-processing, and the README table rendered fr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import numpy as np
 from generator.serving.contract import KEYPOINTS, MASKS, ROTATED_BOXES, TASK_OUTPUTS, TOP_CLASSES, TOP_SCORES
 from tests.fixtures import ultralytics as fixtures
 from tests.fixtures.ultralytics.predict import TASK_FIXTURES
-from tests.integration.family_matrix import README, TARGETS, Cell
+from tests.integration.family_matrix import README, TARGETS, Cell, readme_block, replace_readme_block
 
 # Model Optimizer's INT8 is tried on detection families only (family_matrix.MODELOPT_FAMILIES).
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -96,15 +95,11 @@ def render_table(cells: Mapping[tuple[str, str, str, str], Cell]) -> str:
 
 
 def readme_table(text: str) -> str:
-    match = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, re.S)
-    if match is None:
-        raise AssertionError(f"README.md has no {BEGIN} ... {END} block")
-    return match.group(1)
+    return readme_block(text, BEGIN, END)
 
 
 def replace_readme_table(text: str, table: str) -> str:
-    return re.sub(re.escape(BEGIN) + r"\n.*?\n" + re.escape(END), lambda _m: f"{BEGIN}\n{table}\n{END}", text,
-                  flags=re.S)
+    return replace_readme_block(text, table, BEGIN, END)
 
 
 __all__ = ["README", "TARGETS", "Cell"]
