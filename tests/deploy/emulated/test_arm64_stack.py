@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,10 +29,10 @@ from typing import Any
 
 import pytest
 
-from deploy.local import platforms, site
+from deploy.local import platforms
 from deploy.settings import Settings
 from tests.deploy.live.conftest import _no_engine, docker
-from tests.deploy.live.site_daemon import SiteDaemon, deploy, running_site_daemon
+from tests.deploy.live.site_daemon import SiteDaemon, make_site_archive, running_site_daemon
 
 pytestmark = [pytest.mark.emulated]
 
@@ -70,16 +69,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Archive:
     """``deploy archive --local --platform linux/arm64``: bases, images (emulated builds), the saved archive."""
     _emulation_or_skip()
     out = tmp_path_factory.mktemp("arm64-site")
-    started = time.monotonic()
-    made = deploy("archive", "--local", "--platform", "linux/arm64", "--project", MAKER, "--no-pull", "--tag", TAG,
-                  "--output", str(out))
-    make_s = time.monotonic() - started
-    assert made.returncode == 0, f"deploy archive --platform linux/arm64 failed: {made.stderr[-3000:]}"
-    (path,) = [Path(p) for p in json.loads(made.stdout.strip().splitlines()[-1])["archive"]]
-    with tarfile.open(path) as tar:
-        handle = tar.extractfile(site.INDEX)
-        index = json.loads(handle.read() if handle else b"")
-    return Archive(path, index, make_s)
+    return Archive(*make_site_archive(out, MAKER, TAG, "--platform", "linux/arm64"))
 
 
 @pytest.fixture(scope="module")

@@ -5,16 +5,21 @@ emulated lane's arm64 site."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from deploy.local import site
 
 REPO = Path(__file__).resolve().parents[3]
 NO_PROXY_ANSWERS = "http://127.0.0.1:9"  # the site daemon's proxy for pulls: nothing listens there
@@ -46,6 +51,21 @@ def deploy(*args: str, env: dict[str, str] | None = None, timeout_s: float = TIM
     """``python -m deploy ARGS`` from the repository, its output captured."""
     return subprocess.run([sys.executable, "-m", "deploy", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout_s, check=False, env={**os.environ, **(env or {})})
+
+
+def make_site_archive(out: Path, maker: str, tag: str, *extra: str, env: dict[str, str] | None = None
+                      ) -> tuple[Path, dict[str, Any], float]:
+    """``deploy archive --local`` of the ``maker`` project into ``out``: the archive, its index and the seconds."""
+    started = time.monotonic()
+    made = deploy("archive", "--local", "--project", maker, "--no-pull", "--tag", tag, "--output", str(out), *extra,
+                  env=env)
+    make_s = time.monotonic() - started
+    assert made.returncode == 0, f"deploy archive {' '.join(extra)} failed: {made.stderr[-3000:]}"
+    (path,) = [Path(p) for p in json.loads(made.stdout.strip().splitlines()[-1])["archive"]]
+    with tarfile.open(path) as tar:
+        handle = tar.extractfile(site.INDEX)
+        index = json.loads(handle.read() if handle else b"")
+    return path, index, make_s
 
 
 @contextmanager

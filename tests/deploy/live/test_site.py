@@ -30,7 +30,7 @@ from deploy.local import site, stack
 from deploy.settings import Settings
 
 from .conftest import _no_engine, docker, probe_image
-from .site_daemon import TIMEOUT_S, SiteDaemon, running_site_daemon
+from .site_daemon import TIMEOUT_S, SiteDaemon, make_site_archive, running_site_daemon
 from .site_daemon import deploy as run_deploy
 
 pytestmark = [pytest.mark.live]
@@ -78,15 +78,7 @@ def _engine_or_skip() -> None:
 
 
 def make_archive(out: Path, tag: str, *extra: str) -> Archive:
-    started = time.monotonic()
-    made = deploy("archive", "--local", "--project", MAKER, "--no-pull", "--tag", tag, "--output", str(out), *extra)
-    make_s = time.monotonic() - started
-    assert made.returncode == 0, f"deploy archive failed: {made.stderr[-3000:]}"
-    (path,) = [Path(p) for p in json.loads(made.stdout.strip().splitlines()[-1])["archive"]]
-    with tarfile.open(path) as tar:
-        handle = tar.extractfile(site.INDEX)
-        index = json.loads(handle.read() if handle else b"")
-    return Archive(path, index, make_s)
+    return Archive(*make_site_archive(out, MAKER, tag, *extra, env=BUILT))
 
 
 @pytest.fixture(scope="module")
