@@ -200,8 +200,11 @@ def build(settings: Settings, stack: LocalStack, *, loadtest: bool = False) -> d
                           skip=() if loadtest or not stack.platform else ("PYTHON_IMAGE",))
     services = (*BUILT_SERVICES, *(("locust-master",) if loadtest else ()))
     logger.info("building %s (cached layers are reused)", ", ".join(services))
-    docker.run(compose_args(stack.project, "build", *services), env=stack_env(settings, stack, None, bases),
-               timeout_s=BUILD_TIMEOUT_S, capture=False)
+    env = stack_env(settings, stack, None, bases)
+    images = docker.run(compose_args(stack.project, "config", "--images", *services), env=env).stdout.split()
+    before = {image: docker.image_id(image) for image in images}
+    docker.run(compose_args(stack.project, "build", *services), env=env, timeout_s=BUILD_TIMEOUT_S, capture=False)
+    docker.remove_superseded(before)
     return bases
 
 

@@ -28,7 +28,7 @@ from deploy.local import stack as local_stack
 from deploy.local.docker_versions import EngineError, check_engine
 
 REPO = Path(__file__).resolve().parents[3]
-ORDER = ("test_serving", "test_monitoring", "test_loadtest", "test_rollout", "test_front_door", "test_faults", "test_site")
+ORDER = ("test_images", "test_serving", "test_monitoring", "test_loadtest", "test_rollout", "test_front_door", "test_faults", "test_site")
 PROJECT = f"tde-live-{os.getpid()}"
 UP_TIMEOUT_S = 2400
 

@@ -84,9 +84,12 @@ def make_archive(out: Path, tag: str, *extra: str) -> Archive:
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archive]:
     _engine_or_skip()
+    out = tmp_path_factory.mktemp("site")
     try:
-        yield make_archive(tmp_path_factory.mktemp("site"), TAG)
+        yield make_archive(out, TAG)
     finally:
+        for made in out.glob("*.tar"):  # 1.7 GB each: the CI machine's disk is shared by every lane
+            made.unlink()
         built = [f"{name}:{Settings().cpu_image_tag}" for name in BUILT.values()]  # this module's own names
         docker("image", "rm", *present(built), check=False)
 
@@ -250,6 +253,7 @@ def test_a_newer_archive_on_the_running_site_is_rolled_out_beside_the_stable_ver
     for number, scene in enumerate(scenes):
         (frames / f"gate-{number}.jpg").write_bytes(scene)
     got = install_under_traffic(site_daemon, newer, scenes, "--control-images", str(frames))
+    newer.path.unlink()  # installed (or not): the site daemon holds its images now
     assert got.code == 0
     control = got.decision["record"]["control"]
     assert (control["source"], control["images"], control["labelled"]) == ("user", len(scenes), False)
@@ -274,6 +278,7 @@ def test_a_worse_archive_on_the_running_site_is_rolled_back_by_itself_and_the_si
     version 2 from the files it had."""
     worse = make_archive(tmp_path_factory.mktemp("site-worse"), WORSE, "--set", "max_detections=1")
     got = install_under_traffic(site_daemon, worse, scenes)
+    worse.path.unlink()  # installed (or not): the site daemon holds its images now
     assert got.code == 3  # as deploy update: rolled back
     assert (got.done["role"], got.done["rollout"]["action"], got.done["rollout"]["version"]) == ("candidate", "rollback", 3)
     assert got.traffic.errors == [] and got.traffic.answered > 0, got.traffic.errors[:5]
