@@ -16,6 +16,12 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import TensorProto
 
+from generator.builder.second_stage import (
+    SecondStage,
+    inspect_second_stage,
+    second_stage_files,
+    second_stage_render,
+)
 from generator.builder.spec.declarations import to_flags, to_record
 from generator.builder.spec.options import BuildOptions, SpecError
 from generator.builder.stages.admission import budget_warning, build_admission
@@ -54,6 +60,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 _STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
+
 
 @dataclass(frozen=True)
 class BuildResult:
@@ -336,19 +343,23 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
 
 
 def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: DetectorBuild,
-                 admission: Admission, version: int | None = None) -> tuple[dict[str, bytes], tuple[str, ...]]:
-    """Every config.pbtxt, the ensemble's version folder and the Python-backend sources."""
+                 admission: Admission, version: int | None = None, second: SecondStage | None = None
+                 ) -> tuple[dict[str, bytes], tuple[str, ...]]:
+    """Every config.pbtxt, the ensemble's version folder and the Python-backend sources (and a two-stage
+    build's classifier)."""
     names = options.model_names
     folder = str(version or 1)
     extra = step_parameters(options, info_served.output.name)
     rendered = render_models(info_served, options, extra, detector=detector.io, admission=admission,
-                             version=version)
+                             version=version, second_stage=second_stage_render(second, options) if second else None)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
     files[f"{options.name}/{folder}/.keep"] = b""  # an ensemble still needs a version folder
     for step, source in _STEP_SOURCES.items():
         if step != "detector" or options.target == "embedded":
             gpu = step == "preprocess" and options.preprocess_device == "gpu"
             files.update(_python_step_files(names[step], source, gpu=gpu, folder=folder))
+    if second is not None:
+        files.update(second_stage_files(second, options, folder, _python_step_files))
     return files, tuple(rendered)
 
 
@@ -398,6 +409,10 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
         probe_builder()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
     require_served_task(info, options)
+    second = inspect_second_stage(info, options)
+    if second is not None and version is not None:
+        raise SpecError("--classifier builds one unversioned repository for now: drop --version (and build into "
+                        "an --output without versions)")
     lowered = _lower_precision(onnx_path, onnx.load(str(onnx_path)), info, options, precision_transform)
     options = lowered.served
     gated, info_gated = _served_graph(lowered.model, info, options)
@@ -413,7 +428,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
         logger.warning("%s", warning)
     detector = _detector_build(served, info_served, options, str(version or 1))
     files = dict(detector.files)
-    model_files, models = _model_files(info_served, options, detector, admission, version)
+    model_files, models = _model_files(info_served, options, detector, admission, version, second)
     files.update(model_files)
     backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
     check_load_rules(files, backend_io, set(detector.pending))
