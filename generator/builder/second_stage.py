@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ def inspect_second_stage(detector: DetectorInfo, options: BuildOptions) -> Secon
 
 
 def second_stage_files(stage: SecondStage, options: BuildOptions, folder: str,
-                       python_step_files: Any) -> dict[str, bytes]:
+                       python_step_files: Callable[..., dict[str, bytes]]) -> dict[str, bytes]:
     """The classifier's served graph and both steps' Python sources (``python_step_files``: the pipeline's)."""
     names = stage.names(options)
     served = add_normalisation_prefix(onnx.load(str(stage.info.path)))
@@ -79,7 +80,8 @@ def second_stage_contexts(stage: SecondStage, options: BuildOptions, batching: d
     limits, which the crop step's decode keeps)."""
     names = stage.names(options)
     shared = {**batching, "max_batch_size": options.max_batch, "max_boxes": stage.max_boxes, "size": stage.size}
-    crop = {**shared, "name": names["crop"], "max_detections": options.max_detections, "instances": 1,
+    crop = {**shared, "name": names["crop"], "max_detections": options.max_detections,
+            "instances": options.preprocess_instances,
             "parameters": {**image_parameters, "classifier_size": str(stage.size),
                            "classify_boxes": str(stage.max_boxes)}}
     classifier = {**shared, "name": names["classifier"], "top_k": stage.top_k,
