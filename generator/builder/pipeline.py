@@ -18,7 +18,9 @@ from onnx import TensorProto
 
 from generator.builder.second_stage import (
     SecondStage,
+    classifier_options,
     inspect_second_stage,
+    prefixed,
     second_stage_files,
     second_stage_render,
 )
@@ -363,6 +365,23 @@ def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: Det
     return files, tuple(rendered)
 
 
+def _lowered_second_stage(second: SecondStage | None, asked: BuildOptions,
+                          precision_transform: PrecisionTransform | None
+                          ) -> tuple[SecondStage | None, dict[str, bytes], dict[str, str]]:
+    """A two-stage build's classifier through the same precision stage and gates as a classify export's (its gate
+    on the build's --validate-images), served with its normalisation prefix; its reports and facts named apart."""
+    if second is None or asked.precision == "fp32":
+        return second, {}, {}
+    options = classifier_options(asked)
+    lowered = _lower_precision(second.info.path, onnx.load(str(second.info.path)), second.info, options,
+                               precision_transform)
+    served, _ = _served_graph(lowered.model, second.info, lowered.served)
+    files, facts = prefixed(lowered.gate_files, {**lowered.facts, "precision": lowered.served.precision,
+                                                 "validation": "accuracy gate passed" if lowered.validated
+                                                 else "skipped (--no-validate)"})
+    return dataclasses.replace(second, served=served), files, facts
+
+
 @dataclass(frozen=True)
 class BuiltFiles:
     """A build in memory, checked and not yet written: the files (manifest last), what they are."""
@@ -413,6 +432,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     if second is not None and version is not None:
         raise SpecError("--classifier builds one unversioned repository for now: drop --version (and build into "
                         "an --output without versions)")
+    asked = options
     lowered = _lower_precision(onnx_path, onnx.load(str(onnx_path)), info, options, precision_transform)
     options = lowered.served
     gated, info_gated = _served_graph(lowered.model, info, options)
@@ -427,12 +447,13 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     if warning := budget_warning(budget.ms, service.batch_ms):
         logger.warning("%s", warning)
     detector = _detector_build(served, info_served, options, str(version or 1))
+    second, second_files, second_facts = _lowered_second_stage(second, asked, precision_transform)
     files = dict(detector.files)
     model_files, models = _model_files(info_served, options, detector, admission, version, second)
     files.update(model_files)
     backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
     check_load_rules(files, backend_io, set(detector.pending))
-    files.update(lowered.gate_files)
-    manifest = _manifest(onnx_path, output, info, info_served.layout, options, lowered.facts, files,
-                         lowered.validated, detector.plan, admission, placement, lowered.recorded)
+    files.update({**lowered.gate_files, **second_files})
+    manifest = _manifest(onnx_path, output, info, info_served.layout, options, {**lowered.facts, **second_facts},
+                         files, lowered.validated, detector.plan, admission, placement, lowered.recorded)
     return BuiltFiles(files, info, models, manifest, detector.pending)

@@ -10,6 +10,7 @@ Ultralytics metadata says (task classify, imgsz, names) decides its input size a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
@@ -37,6 +38,7 @@ class SecondStage:
     size: int  # the classifier's square input side
     top_k: int
     max_boxes: int  # --classify-boxes, at most --max-detections
+    served: onnx.ModelProto | None = None  # the graph served (after --precision); None: the export's, in FP32
 
     def names(self, options: BuildOptions) -> dict[str, str]:
         return {step: contract.step_model_name(options.name, step) for step in contract.SECOND_STAGE_STEPS}
@@ -67,11 +69,23 @@ def second_stage_files(stage: SecondStage, options: BuildOptions, folder: str,
                        python_step_files: Callable[..., dict[str, bytes]]) -> dict[str, bytes]:
     """The classifier's served graph and both steps' Python sources (``python_step_files``: the pipeline's)."""
     names = stage.names(options)
-    served = add_normalisation_prefix(onnx.load(str(stage.info.path)))
+    served = stage.served or add_normalisation_prefix(onnx.load(str(stage.info.path)))
     files = {f"{names['classifier']}/{folder}/model.onnx": served.SerializeToString()}
     files.update(python_step_files(names["crop"], CROP_SOURCE, folder=folder))
     files.update(python_step_files(names["classifier"], CLASSIFIER_SOURCE, folder=folder))
     return files
+
+
+def classifier_options(options: BuildOptions) -> BuildOptions:
+    """The build options the classifier is lowered and gated with: the build's, but its gate compares it with its
+    own FP32 outputs (pseudo-labels, as a classify export's gate does); --validate-labels are the detector's."""
+    return dataclasses.replace(options, gate=dataclasses.replace(options.gate, labels=None))
+
+
+def prefixed(files: dict[str, bytes], facts: dict[str, str]) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The classifier's gate reports and precision facts, named apart from the detector's."""
+    return ({f"classifier_{name}": data for name, data in files.items()},
+            {f"classifier_{key}": value for key, value in facts.items()})
 
 
 def second_stage_contexts(stage: SecondStage, options: BuildOptions, batching: dict[str, Any],

@@ -11,9 +11,12 @@ and one just above it: the rows past the cap stay zero, the detections there are
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -21,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from clients import AsyncDetectionClient, DetectionClient, DetectionResult
 from clients.annotate import draw_detections
 from generator.builder.pipeline import build_repository
-from generator.builder.spec.options import BuildOptions
+from generator.builder.spec.options import BuildOptions, GateOptions
 from generator.server.embedded import EmbeddedServer
 from generator.server.ports import free_port
 from generator.serving.contract import (
@@ -41,13 +44,27 @@ from tests.integration.two_stage import infer, reference
 pytestmark = pytest.mark.integration
 
 
+FP16 = "two_stage_fp16"
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def repositories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("two-stage")
-    options = BuildOptions(name=MODEL, classifier=fixtures.write(CLASSIFIER, root / "onnx"))  # the defaults
-    build_repository(fixtures.write(DETECTOR, root / "onnx"), root / "repo", options)
-    with EmbeddedServer(root / "repo", free_port(), free_port(), free_port(),
-                        log_file=root / "tritonserver.log") as running:
+    detector, classifier = fixtures.write(DETECTOR, root / "onnx"), fixtures.write(CLASSIFIER, root / "onnx")
+    build_repository(detector, root / "repo", BuildOptions(name=MODEL, classifier=classifier))  # the defaults
+    # FP16 for both models, served as asked (on a CPU the speed gate would keep FP32: off), without the accuracy gate
+    # (random weights have no accuracy to keep; the classify gate is test_task_precision's)
+    fp16 = BuildOptions(name=FP16, classifier=classifier, precision="fp16",
+                        gate=GateOptions(enabled=False, speed_gate="off"))
+    build_repository(detector, root / "repo-fp16", fp16)
+    return {MODEL: root / "repo", FP16: root / "repo-fp16"}
+
+
+@pytest.fixture(scope="module")
+def server(repositories: dict[str, Path]) -> Iterator[EmbeddedServer]:
+    with EmbeddedServer(repositories[MODEL], free_port(), free_port(), free_port(),
+                        log_file=repositories[MODEL].parent / "tritonserver.log",
+                        extra_args=(f"--model-repository={repositories[FP16]}",)) as running:
         yield running
 
 
@@ -120,3 +137,21 @@ def test_a_bad_image_fails_alone_and_the_two_stage_ensemble_keeps_serving(server
     with pytest.raises(InferenceServerException, match="invalid image"):
         infer(server.grpc_url, MODEL, good[: len(good) // 2])
     assert int(infer(server.grpc_url, MODEL, good)[NUM_DETECTIONS][0]) > 0
+
+
+def test_precision_applies_to_the_classifier_too(server: EmbeddedServer, repositories: dict[str, Path]) -> None:
+    facts = json.loads((repositories[FP16] / "manifest.json").read_text())["precision_facts"]
+    assert facts["classifier_precision"] == "fp16"
+    graph = onnx.load(str(repositories[FP16] / f"{FP16}_classifier" / "1" / "model.onnx"))
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.graph.initializer)
+    agree = total = 0
+    for image in scene_images()[2:5]:
+        data = encode(image, ".png")
+        full, half = infer(server.grpc_url, MODEL, data), infer(server.grpc_url, FP16, data)
+        rows = min(int(half[NUM_DETECTIONS][0]), CLASSIFY_BOXES)
+        assert rows > 0 and not half[BOX_SCORES][rows:].any()
+        scores = half[BOX_SCORES][:rows]
+        assert ((scores > 0) & (scores <= 1)).all() and (np.diff(scores, axis=1) <= 0).all()  # a softmax, best first
+        agree += int((half[BOX_CLASSES][:rows, 0] == full[BOX_CLASSES][:rows, 0]).sum())
+        total += rows
+    assert agree >= 0.9 * total, f"FP16 top-1 agrees with FP32 on {agree} of {total} boxes"

@@ -301,9 +301,6 @@ class BuildOptions:
         if self.target != "embedded":
             raise SpecError(f"--classifier runs the classifier on ONNX Runtime in the embedded Python backend: use "
                             f"it with --target embedded (not {self.target})")
-        if self.precision != "fp32":
-            raise SpecError(f"--classifier builds serve both models in FP32: the accuracy gate of --precision "
-                            f"{self.precision} measures one model; drop --precision or --classifier")
         if self.normalise_in != "graph":
             raise SpecError("--classifier sends uint8 crops to the classifier graph, which normalises them: drop "
                             "--normalise-in preprocess")
