@@ -45,7 +45,8 @@ def _label(canvas: np.ndarray, name: str, score: float, class_id: int) -> None:
 
 def draw_detections(image: np.ndarray, result: DetectionResult) -> np.ndarray:
     """A BGR copy of `image` with one box and a `name score` label per detection, plus its rotated box, mask
-    or keypoints when the ensemble serves a task with them; a classifier's best class labels the corner."""
+    or keypoints when the ensemble serves a task with them; a classifier's best class labels the corner, and a
+    two-stage ensemble's best class of each box's crop follows its label."""
     import cv2
 
     canvas = image.copy()
@@ -63,6 +64,8 @@ def draw_detections(image: np.ndarray, result: DetectionResult) -> np.ndarray:
             cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness)
         _draw_task(canvas, det, color, thickness)
         label = f"{det.class_name} {det.score:.2f}"
+        if det.classified:  # a two-stage ensemble: the classifier's best class of this box's crop
+            label += f" | {det.classified[0].class_name} {det.classified[0].score:.2f}"
         (w, h), base = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
         top = y1 - h - base if y1 - h - base >= 0 else y1  # keep the label inside the image
         cv2.rectangle(canvas, (x1, top), (x1 + w, top + h + base), color, cv2.FILLED)

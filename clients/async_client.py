@@ -132,7 +132,7 @@ class AsyncDetectionClient:
             try:
                 return await self._call(
                     "inference", partial(self._transport.infer, self.model, images, info.batched, headers=headers,
-                                         outputs=requested_outputs(info.task))
+                                         outputs=requested_outputs(info.task, info.second_stage))
                 )
             except InferenceError as exc:
                 raise locate(exc, chunk, chunks) from exc

@@ -28,12 +28,14 @@ from clients.errors import ClientError, InferenceError, RestrictedApiError
 from clients.tasks import task_of_outputs
 from generator.serving.contract import (
     ADMIN_HEADER,
+    BOX_CLASSES,
     GRPC_HEADER_PREFIX,
     IMAGE,
     IMAGE_DATATYPE,
     OUTPUTS,
     TASK_OUTPUT_DATATYPES,
     TASK_OUTPUTS,
+    TWO_STAGE_OUTPUT_DATATYPES,
 )
 
 logger = logging.getLogger(__name__)
@@ -64,7 +66,9 @@ def info_from_metadata(name: str, metadata: Mapping[str, Any]) -> ModelInfo:
     shape = [int(d) for d in image.get("shape", [])]  # gRPC metadata spells dims as strings
     if shape not in ([-1, 1], [1]):
         raise ClientError(f"model {name!r}: input {IMAGE} has shape {shape}, expected [-1, 1] or [1]")
-    return ModelInfo(name=name, max_batch_size=None if shape[0] == -1 else 0, class_names=(), task=task)
+    second_stage = (outputs.get(BOX_CLASSES) or {}).get("datatype") == TWO_STAGE_OUTPUT_DATATYPES[BOX_CLASSES]
+    return ModelInfo(name=name, max_batch_size=None if shape[0] == -1 else 0, class_names=(), task=task,
+                     second_stage=second_stage)
 
 
 def info_from_answers(name: str, metadata: Mapping[str, Any], config: Mapping[str, Any] | None) -> ModelInfo:

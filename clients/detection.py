@@ -12,9 +12,12 @@ import numpy as np
 from clients.errors import ClientError
 from clients.tasks import task_fields, top_classes
 from generator.serving.contract import (
+    BOX_CLASSES,
+    BOX_SCORES,
     BOXES,
     CLASS_NAMES_PARAMETER,
     CLASSES,
+    CLASSIFIER_NAMES_PARAMETER,
     IMAGE,
     NUM_DETECTIONS,
     OUTPUTS,
@@ -39,6 +42,9 @@ class Detection:
     rotated_box: tuple[float, float, float, float, float] | None = None  # cx, cy, w, h, angle (radians)
     mask_rle: bytes | None = None  # COCO compressed RLE of the mask at mask_size (column-major)
     mask_size: tuple[int, int] | None = None  # (height, width) of the original image
+    # A two-stage ensemble (build --classifier): the classifier's top classes of this box's crop, best first;
+    # None for a box past the build's --classify-boxes (and for any other ensemble).
+    classified: tuple[Classification, ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
@@ -48,6 +54,8 @@ class Detection:
             extra["rotated_box"] = list(self.rotated_box)
         if self.mask_rle is not None:
             extra["mask"] = {"size": list(self.mask_size or ()), "counts": self.mask_rle.decode("ascii")}
+        if self.classified is not None:
+            extra["classified"] = [c.as_dict() for c in self.classified]
         return {
             "box": list(self.box),
             "score": self.score,
@@ -110,6 +118,8 @@ class ModelInfo:
     max_batch_size: int | None
     class_names: tuple[str, ...]
     task: str = "detect"  # the Ultralytics task the ensemble serves (contract.TASK_OUTPUTS)
+    second_stage: bool = False  # a two-stage ensemble: each box's classes too (contract.BOX_CLASSES)
+    classifier_names: tuple[str, ...] = ()  # the second stage's class names, when the config was read
 
     @property
     def batched(self) -> bool:
@@ -118,6 +128,11 @@ class ModelInfo:
     def class_name(self, class_id: int) -> str:
         if 0 <= class_id < len(self.class_names):
             return self.class_names[class_id]
+        return f"class_{class_id}"
+
+    def classifier_name(self, class_id: int) -> str:
+        if 0 <= class_id < len(self.classifier_names):
+            return self.classifier_names[class_id]
         return f"class_{class_id}"
 
 
@@ -130,16 +145,24 @@ def model_info_from_config(name: str, config: Mapping[str, Any]) -> ModelInfo:
         config = config["config"]
     max_batch = int(config.get("max_batch_size", 0) or 0)
     task = config.get("parameters", {}).get(TASK_PARAMETER, {}).get("string_value") or "detect"
-    raw = config.get("parameters", {}).get(CLASS_NAMES_PARAMETER, {}).get("string_value")
+    second_stage = any(o.get("name") == BOX_CLASSES for o in config.get("output", []))
+    return ModelInfo(name=name, max_batch_size=max_batch, class_names=_names(name, config, CLASS_NAMES_PARAMETER),
+                     task=task, second_stage=second_stage,
+                     classifier_names=_names(name, config, CLASSIFIER_NAMES_PARAMETER))
+
+
+def _names(model: str, config: Mapping[str, Any], parameter: str) -> tuple[str, ...]:
+    """A JSON list of class names from the config's ``parameter`` (none when it is absent)."""
+    raw = config.get("parameters", {}).get(parameter, {}).get("string_value")
     if raw is None:
-        return ModelInfo(name=name, max_batch_size=max_batch, class_names=(), task=task)
+        return ()
     try:
         names = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ClientError(f"model {name!r}: parameter class_names is not valid JSON ({exc.msg})") from None
+        raise ClientError(f"model {model!r}: parameter {parameter} is not valid JSON ({exc.msg})") from None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ClientError(f"model {name!r}: parameter class_names must be a JSON list of strings")
-    return ModelInfo(name=name, max_batch_size=max_batch, class_names=tuple(names), task=task)
+        raise ClientError(f"model {model!r}: parameter {parameter} must be a JSON list of strings")
+    return tuple(names)
 
 
 def decode_outputs(outputs: Mapping[str, np.ndarray], info: ModelInfo) -> list[DetectionResult]:
@@ -178,8 +201,26 @@ def decode_outputs(outputs: Mapping[str, np.ndarray], info: ModelInfo) -> list[D
         raise ClientError(
             f"model {info.name!r} returned num_detections {num.tolist()} outside [0, {max_det}]"
         )
-    return [_decode_one(int(n), boxes[i], scores[i], classes[i], info, task_fields(outputs, info.task, i, int(n)))
+    return [_decode_one(int(n), boxes[i], scores[i], classes[i], info,
+                        _with_classified(task_fields(outputs, info.task, i, int(n)), outputs, info, i))
             for i, n in enumerate(num)]
+
+
+def _with_classified(fields: list[dict[str, Any]], outputs: Mapping[str, np.ndarray], info: ModelInfo,
+                     index: int) -> list[dict[str, Any]]:
+    """A two-stage ensemble's per-box classes added to the first rows' fields (the classified boxes)."""
+    if not info.second_stage:
+        return fields
+    if outputs.get(BOX_CLASSES) is None or outputs.get(BOX_SCORES) is None:
+        raise ClientError(f"model {info.name!r} response lacks output(s) {BOX_CLASSES}, {BOX_SCORES}")
+    classes, scores = np.asarray(outputs[BOX_CLASSES]), np.asarray(outputs[BOX_SCORES], dtype=np.float32)
+    if classes.ndim != 3 or classes.shape != scores.shape:
+        raise ClientError(f"model {info.name!r} returned {BOX_CLASSES} {classes.shape} and {BOX_SCORES} "
+                          f"{scores.shape}; expected the same [N, boxes, k]")
+    for k, field in enumerate(fields[:classes.shape[1]]):
+        field["classified"] = tuple(Classification(int(c), info.classifier_name(int(c)), float(p))
+                                    for c, p in zip(classes[index, k], scores[index, k], strict=True))
+    return fields
 
 
 def _decode_one(

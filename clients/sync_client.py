@@ -148,7 +148,7 @@ class DetectionClient:
                 try:
                     outputs = self._call("inference", partial(
                         self._transport.infer, self.model, images, info.batched, headers=headers,
-                        outputs=requested_outputs(info.task)))
+                        outputs=requested_outputs(info.task, info.second_stage)))
                 except InferenceError as exc:
                     raise locate(exc, chunk, len(chunks)) from exc
             results.extend(decode_outputs(outputs, info))

@@ -21,6 +21,7 @@ from generator.serving.contract import (
     TASK_OUTPUTS,
     TOP_CLASSES,
     TOP_SCORES,
+    TWO_STAGE_OUTPUTS,
 )
 
 # The output that gives each task away.
@@ -35,9 +36,12 @@ def task_of_outputs(names: Iterable[str]) -> str:
     return found.pop() if found else "detect"
 
 
-def requested_outputs(task: str) -> tuple[str, ...]:
+def requested_outputs(task: str, second_stage: bool = False) -> tuple[str, ...]:
+    """The outputs to ask for: the task's, or a two-stage ensemble's (build --classifier)."""
     if task not in TASK_OUTPUTS:
         raise ClientError(f"the clients read the tasks {', '.join(TASK_OUTPUTS)}, not {task!r}")
+    if second_stage and task == "detect":
+        return TWO_STAGE_OUTPUTS
     return TASK_OUTPUTS[task]
 
 

@@ -2,7 +2,8 @@
 
 A user learns its model's task from the model's metadata (the outputs it declares: ``clients.tasks``), requests
 that task's outputs, and checks each answer: detections within the padding, a keypoint set per pose detection, a
-rotated box per OBB detection, a non-empty mask per segmentation detection, the top classes of a classifier. The
+rotated box per OBB detection, a non-empty mask per segmentation detection, the top classes of a classifier, the
+classified boxes of a two-stage ensemble (``detect+classify``). The
 counts are kept per process (a worker sends them to the master, which merges them, like the camera counts) and
 reported in ``runinfo.json`` and ``summary.json`` (``outputs``). Kept apart from users.py, which imports Locust.
 """
@@ -16,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from generator.serving.contract import (
+    BOX_CLASSES,
+    BOX_SCORES,
     KEYPOINTS,
     MASKS,
     NUM_DETECTIONS,
@@ -27,7 +30,8 @@ from generator.serving.contract import (
 
 from .errors import InferenceFailed
 
-COUNTS = ("answers", "detections", "keypoints", "masks", "rotated_boxes", "top_classes")
+COUNTS = ("answers", "detections", "keypoints", "masks", "rotated_boxes", "top_classes", "classified_boxes")
+TWO_STAGE = "detect+classify"  # the book's key for a two-stage ensemble's answers (build --classifier)
 
 
 def check_outputs(task: str, output: Callable[[str], Any]) -> dict[str, int]:
@@ -57,6 +61,21 @@ def check_outputs(task: str, output: Callable[[str], Any]) -> dict[str, int]:
             raise InferenceFailed("a segmentation detection came without its mask")
         counts["masks"] = count
     return counts
+
+
+def check_two_stage(output: Callable[[str], Any]) -> dict[str, int]:
+    """The counts of one answer of a two-stage ensemble: its detections and how many of them were classified
+    (the first min(num_detections, --classify-boxes) rows, each with its top classes)."""
+    counts = check_outputs("detect", output)
+    missing = [name for name in (BOX_CLASSES, BOX_SCORES) if output(name) is None]
+    if missing:
+        raise InferenceFailed(f"the two-stage response carries no {', '.join(missing)} output")
+    scores = np.asarray(output(BOX_SCORES))
+    rows = min(counts["detections"], int(scores.shape[-2]))
+    classified = scores.reshape(-1, *scores.shape[-2:])[0, :rows]
+    if rows and not (classified[:, 0] > 0).all():
+        raise InferenceFailed("a classified box came without its classifier's scores")
+    return {**counts, "classified_boxes": rows}
 
 
 class OutputBook:

@@ -25,8 +25,8 @@ from locust.env import Environment
 from clients.canary import Route, Splitter, read_route
 from clients.nodelay import disable_nagle
 from clients.request import image_request
-from clients.tasks import task_of_outputs
-from generator.serving.contract import TASK_OUTPUTS
+from clients.tasks import requested_outputs, task_of_outputs
+from generator.serving.contract import BOX_CLASSES
 
 from .errors import InferenceFailed
 from .failures import REFUSED_PREFIX, Backoff, named_failure, refusal
@@ -34,7 +34,7 @@ from .images import DEFAULT_SIZES, build_corpus
 from .report import threshold_breaches
 from .target import host_of, user_address
 from .task_outputs import BOOK as OUTPUTS_BOOK
-from .task_outputs import check_outputs
+from .task_outputs import TWO_STAGE, check_outputs, check_two_stage
 
 grpc_gevent.init_gevent()
 
@@ -131,6 +131,7 @@ class TritonUser(User):
         self._cursor = random.randrange(len(self.images))  # users start at different images
         self._requests: list[Any] = []  # built once the model's task is known (request())
         self.task: str | None = None
+        self.second_stage = False  # a two-stage ensemble (its outputs name the per-box classes)
         self._split = Splitter()
         self._route: tuple[int, Route] | None = None  # (mtime_ns, route) of the route file
         self._backoff = Backoff()
@@ -169,14 +170,24 @@ class TritonUser(User):
         """The prepared request of image ``index``; the first call asks the model its task (a failure there is the
         request's, reported like any other), so each request names the task's outputs."""
         if not self._requests:
-            self.task = task_of_outputs(self.output_names(self.settings.model))
+            names = self.output_names(self.settings.model)
+            self.task, self.second_stage = task_of_outputs(names), BOX_CLASSES in names
             self._requests = [self.prepare(image) for image in self.images]
         return self._requests[index % len(self._requests)]
 
     def check(self, result: Any) -> None:
         """Check one answer of the task and count what it carries (task_outputs)."""
         assert self.task is not None
+        if self.second_stage:
+            OUTPUTS_BOOK.count(TWO_STAGE, check_two_stage(result.as_numpy))
+            return
         OUTPUTS_BOOK.count(self.task, check_outputs(self.task, result.as_numpy))
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The outputs each request names: the task's, or a two-stage ensemble's."""
+        assert self.task is not None
+        return requested_outputs(self.task, self.second_stage)
 
     def prepare(self, image: bytes) -> Any:
         """Build the request for one image once, so serialisation is not timed on every call."""
@@ -240,8 +251,7 @@ class TritonGrpcUser(TritonUser):
         return [output.name for output in metadata.outputs]
 
     def prepare(self, image: bytes) -> Any:
-        assert self.task is not None
-        return image_request(self._grpc, [image], outputs=TASK_OUTPUTS[self.task])
+        return image_request(self._grpc, [image], outputs=self.outputs)
 
     def send(self, request: Any, model: str) -> int:
         inputs, outputs = request
@@ -297,9 +307,8 @@ class TritonHttpUser(TritonUser):
         return [output["name"] for output in json.loads(data).get("outputs", [])]
 
     def prepare(self, image: bytes) -> Any:
-        assert self.task is not None
         # binary tensors: tritonclient.http's default
-        inputs, outputs = image_request(self._http, [image], outputs=TASK_OUTPUTS[self.task])
+        inputs, outputs = image_request(self._http, [image], outputs=self.outputs)
         body, json_size = self._http.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
         headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
         return body, headers

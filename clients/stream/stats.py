@@ -49,7 +49,8 @@ class StreamStats:
     source_errors: int = 0
     last_error: str | None = None
     status: str = "starting"
-    # What the answers carried, per kind (detections, keypoints, masks, rotated_boxes, top_classes): the task's
+    # What the answers carried, per kind (detections, keypoints, masks, rotated_boxes, top_classes,
+    # classified_boxes): the task's
     outputs: dict[str, int] = field(default_factory=dict)
     _latencies_ms: list[float] = field(default_factory=list, repr=False)
     _seen: int = 0
@@ -115,11 +116,12 @@ class StreamStats:
 
 def answer_counts(result: Any) -> dict[str, int]:
     """What one answer (a ``clients.detection.DetectionResult``) carried: its detections and, per task, their
-    keypoints, masks or rotated boxes, or a classifier's top classes."""
+    keypoints, masks or rotated boxes, or a classifier's top classes; a two-stage ensemble's classified boxes."""
     found = list(result)
     return {"detections": len(found), "keypoints": sum(len(d.keypoints or ()) for d in found),
             "masks": sum(d.mask_rle is not None for d in found),
-            "rotated_boxes": sum(d.rotated_box is not None for d in found), "top_classes": len(result.top)}
+            "rotated_boxes": sum(d.rotated_box is not None for d in found), "top_classes": len(result.top),
+            "classified_boxes": sum(d.classified is not None for d in found)}
 
 
 def _rounded(value: float | None) -> float | None:

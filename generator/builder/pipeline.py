@@ -16,6 +16,14 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import TensorProto
 
+from generator.builder.second_stage import (
+    SecondStage,
+    classifier_options,
+    inspect_second_stage,
+    prefixed,
+    second_stage_files,
+    second_stage_render,
+)
 from generator.builder.spec.declarations import to_flags, to_record
 from generator.builder.spec.options import BuildOptions, SpecError
 from generator.builder.stages.admission import budget_warning, build_admission
@@ -54,6 +62,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 _STEP_SOURCES = {"preprocess": "preprocess.py", "detector": "detector.py", "nms": "nms.py"}
+
 
 @dataclass(frozen=True)
 class BuildResult:
@@ -336,20 +345,41 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
 
 
 def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: DetectorBuild,
-                 admission: Admission, version: int | None = None) -> tuple[dict[str, bytes], tuple[str, ...]]:
-    """Every config.pbtxt, the ensemble's version folder and the Python-backend sources."""
+                 admission: Admission, version: int | None = None, second: SecondStage | None = None
+                 ) -> tuple[dict[str, bytes], tuple[str, ...]]:
+    """Every config.pbtxt, the ensemble's version folder and the Python-backend sources (and a two-stage
+    build's classifier)."""
     names = options.model_names
     folder = str(version or 1)
     extra = step_parameters(options, info_served.output.name)
     rendered = render_models(info_served, options, extra, detector=detector.io, admission=admission,
-                             version=version)
+                             version=version, second_stage=second_stage_render(second, options) if second else None)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
     files[f"{options.name}/{folder}/.keep"] = b""  # an ensemble still needs a version folder
     for step, source in _STEP_SOURCES.items():
         if step != "detector" or options.target == "embedded":
             gpu = step == "preprocess" and options.preprocess_device == "gpu"
             files.update(_python_step_files(names[step], source, gpu=gpu, folder=folder))
+    if second is not None:
+        files.update(second_stage_files(second, options, folder, _python_step_files))
     return files, tuple(rendered)
+
+
+def _lowered_second_stage(second: SecondStage | None, asked: BuildOptions,
+                          precision_transform: PrecisionTransform | None
+                          ) -> tuple[SecondStage | None, dict[str, bytes], dict[str, str]]:
+    """A two-stage build's classifier through the same precision stage and gates as a classify export's (its gate
+    on the build's --validate-images), served with its normalisation prefix; its reports and facts named apart."""
+    if second is None or asked.precision == "fp32":
+        return second, {}, {}
+    options = classifier_options(asked)
+    lowered = _lower_precision(second.info.path, onnx.load(str(second.info.path)), second.info, options,
+                               precision_transform)
+    served, _ = _served_graph(lowered.model, second.info, lowered.served)
+    files, facts = prefixed(lowered.gate_files, {**lowered.facts, "precision": lowered.served.precision,
+                                                 "validation": "accuracy gate passed" if lowered.validated
+                                                 else "skipped (--no-validate)"})
+    return dataclasses.replace(second, served=served), files, facts
 
 
 @dataclass(frozen=True)
@@ -398,6 +428,11 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
         probe_builder()  # before any work: say what to install and where to run
     info = inspect_onnx(onnx_path, options.image_size)
     require_served_task(info, options)
+    second = inspect_second_stage(info, options)
+    if second is not None and version is not None:
+        raise SpecError("--classifier builds one unversioned repository for now: drop --version (and build into "
+                        "an --output without versions)")
+    asked = options
     lowered = _lower_precision(onnx_path, onnx.load(str(onnx_path)), info, options, precision_transform)
     options = lowered.served
     gated, info_gated = _served_graph(lowered.model, info, options)
@@ -412,12 +447,13 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     if warning := budget_warning(budget.ms, service.batch_ms):
         logger.warning("%s", warning)
     detector = _detector_build(served, info_served, options, str(version or 1))
+    second, second_files, second_facts = _lowered_second_stage(second, asked, precision_transform)
     files = dict(detector.files)
-    model_files, models = _model_files(info_served, options, detector, admission, version)
+    model_files, models = _model_files(info_served, options, detector, admission, version, second)
     files.update(model_files)
     backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
     check_load_rules(files, backend_io, set(detector.pending))
-    files.update(lowered.gate_files)
-    manifest = _manifest(onnx_path, output, info, info_served.layout, options, lowered.facts, files,
-                         lowered.validated, detector.plan, admission, placement, lowered.recorded)
+    files.update({**lowered.gate_files, **second_files})
+    manifest = _manifest(onnx_path, output, info, info_served.layout, options, {**lowered.facts, **second_facts},
+                         files, lowered.validated, detector.plan, admission, placement, lowered.recorded)
     return BuiltFiles(files, info, models, manifest, detector.pending)

@@ -87,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
                 "dynamic" if info.static_batch is None else f"static {info.static_batch}",
                 options.target, options.precision)
     logger.info("Models: %s (ensemble '%s')", ", ".join(result.models), options.name)
+    if options.classifier is not None:
+        logger.info("Second stage: the first %d boxes per image cropped and classified by %s (at most %d classes per box in "
+                    "detection_box_classes, detection_box_scores)", options.second_stage_boxes,
+                    options.classifier.name, options.top_k)
     detector = result.manifest.detector
     if detector is not None and detector.nms_in_graph:
         logger.info("NMS runs in the detector graph (%s): the nms step maps [N, %d, 6] rows back",

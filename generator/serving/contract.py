@@ -45,6 +45,20 @@ TASK_OUTPUT_DATATYPES = {**OUTPUT_DATATYPES, KEYPOINTS: "FP32", ROTATED_BOXES: "
                          MASK_SIZE: "INT32", TOP_CLASSES: "INT32", TOP_SCORES: "FP32"}
 TASK_PARAMETER = "task"  # ensemble and post-processing step: the task the ensemble serves (absent: detect)
 
+# Two-stage builds (build --classifier): a detection ensemble whose kept boxes are cropped from the source image
+# and classified by a classify export, in two more steps. The detection outputs stay as they are; two are added,
+# row i for detection i (score order) while i < min(num_detections, --classify-boxes), zero past it, as the
+# detection rows are. Best class first, k = min(--top-k, the classifier's nc).
+BOX_CLASSES = "detection_box_classes"  # INT32 [classify_boxes, top_k]
+BOX_SCORES = "detection_box_scores"  # FP32 [classify_boxes, top_k], the classifier's softmax probabilities
+TWO_STAGE_OUTPUTS = (*OUTPUTS, BOX_CLASSES, BOX_SCORES)
+TWO_STAGE_OUTPUT_DATATYPES = {**OUTPUT_DATATYPES, BOX_CLASSES: "INT32", BOX_SCORES: "FP32"}
+CLASSIFIER_NAMES_PARAMETER = "classifier_class_names"  # ensemble: JSON list of the classifier's class names
+# Between the crop and classifier steps: each image's crops (BGR uint8 [classify_boxes, S, S, 3], the
+# classifier's input size) and how many of them are boxes.
+CROPS = "CROPS"
+CROP_COUNT = "CROP_COUNT"  # INT32 [1]
+
 # Between the steps: the letterboxed batch, and how each image was placed into it.
 PREPROCESSED = "PREPROCESSED"  # uint8 [H, W, 3] BGR (normalised in the graph) or float [3, H, W] RGB /255
 LETTERBOX = "LETTERBOX"  # FP32 [6], the fields below
@@ -52,6 +66,7 @@ LETTERBOX_FIELDS = ("pad_x", "pad_y", "gain_x", "gain_y", "source_width", "sourc
 
 # Composing models are "<ensemble>_<step>".
 STEPS = ("preprocess", "detector", "nms")
+SECOND_STAGE_STEPS = ("crop", "classifier")  # a two-stage build's further steps
 
 # Head layouts the NMS step decodes; carried in its config, never inferred from a shape. ``graph_nms``: the
 # detector graph ran NMS itself (--nms-in-graph) and sends [N, max_det, 6] padded rows, like ``end2end``.
@@ -101,6 +116,6 @@ OPENCV_PIXEL_LIMIT = 1 << 28  # 268 MP: 16384 x 16384, the largest --max-image-p
 
 
 def step_model_name(ensemble: str, step: str) -> str:
-    if step not in STEPS:
-        raise ValueError(f"unknown step {step!r}; the ensemble's steps are {', '.join(STEPS)}")
+    if step not in STEPS + SECOND_STAGE_STEPS:
+        raise ValueError(f"unknown step {step!r}; the ensemble's steps are {', '.join(STEPS + SECOND_STAGE_STEPS)}")
     return f"{ensemble}_{step}"

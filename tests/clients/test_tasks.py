@@ -62,3 +62,31 @@ def test_fields_of_one_image_stop_at_its_count() -> None:
     assert fields == [{"mask_rle": b"cd", "mask_size": (6, 7)}]
     with pytest.raises(ClientError, match="the obb response lacks output"):
         task_fields({}, "obb", 0, 1)
+
+
+def test_a_two_stage_answer_gives_the_first_boxes_their_classes() -> None:
+    from generator.serving.contract import (
+        BOX_CLASSES,
+        BOX_SCORES,
+        BOXES,
+        CLASSES,
+        NUM_DETECTIONS,
+        SCORES,
+        TWO_STAGE_OUTPUTS,
+    )
+
+    info = ModelInfo(name="m", max_batch_size=8, class_names=(), second_stage=True, classifier_names=("cat", "dog"))
+    assert requested_outputs("detect", second_stage=True) == TWO_STAGE_OUTPUTS
+    outputs = {NUM_DETECTIONS: np.array([[3]], np.int32), BOXES: np.zeros((1, 4, 4), np.float32),
+               SCORES: np.ones((1, 4), np.float32), CLASSES: np.zeros((1, 4), np.int32),
+               BOX_CLASSES: np.array([[[1, 0], [0, 1]]], np.int32),
+               BOX_SCORES: np.array([[[0.75, 0.25], [0.5, 0.5]]], np.float32)}
+    (result,) = decode_outputs(outputs, info)
+    first, second, third = result.detections
+    assert first.classified is not None and [(c.class_name, c.score) for c in first.classified] == [
+        ("dog", 0.75), ("cat", 0.25)]
+    assert second.classified is not None and second.classified[0].class_name == "cat"
+    assert third.classified is None  # past the cap (2 rows)
+    assert first.as_dict()["classified"][0] == {"class_id": 1, "class_name": "dog", "score": 0.75}
+    with pytest.raises(ClientError, match="lacks output"):
+        decode_outputs({k: v for k, v in outputs.items() if k != BOX_SCORES}, info)

@@ -62,3 +62,18 @@ def test_a_workers_counts_reach_the_master_once() -> None:
     report = master.report()["pose"]
     assert (report["answers"], report["detections"], report["keypoints"]) == (2, 2, 34)
     assert report["per_answer"] == {"detections": 1.0, "keypoints": 17.0}
+
+
+def test_a_two_stage_answer_counts_its_classified_boxes() -> None:
+    from generator.serving.contract import BOX_CLASSES, BOX_SCORES
+    from loadtest.task_outputs import check_two_stage
+
+    scores = np.zeros((1, 2, 3), np.float32)
+    scores[0, :2, 0] = 0.9
+    answer = _answer(3, {BOX_CLASSES: np.zeros((1, 2, 3), np.int32), BOX_SCORES: scores})
+    assert check_two_stage(answer.get) == {"answers": 1, "detections": 3, "classified_boxes": 2}  # the cap: 2 rows
+    with pytest.raises(InferenceFailed, match="carries no detection_box_classes"):
+        check_two_stage(_answer(1).get)
+    scores[0, 1, 0] = 0.0
+    with pytest.raises(InferenceFailed, match="without its classifier's scores"):
+        check_two_stage(answer.get)

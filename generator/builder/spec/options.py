@@ -184,6 +184,14 @@ class BuildOptions:
                                  low=1, high=10000)
     top_k: int = option(5, "--top-k", "classification exports: the best classes returned per image (at most the "
                         "class count)", low=1, high=10000)
+    # A second stage (issue 34): the crop of every kept box classified by an Ultralytics classify export, in its
+    # own steps of the same ensemble (generator.builder.second_stage).
+    classifier: Path | None = option(None, "--classifier", "two-stage build: an Ultralytics classify export (ONNX) "
+                                     "run on the crop of each kept box (Ultralytics' save_one_box); adds the "
+                                     "per-box top --top-k classes and scores to the detections")
+    classify_boxes: int = option(20, "--classify-boxes", "two-stage build: the best-scoring boxes per image that "
+                                 "are classified (at most --max-detections); the boxes past them keep their "
+                                 "detection and get zero classifier rows", low=1, high=1000)
     image_size: tuple[int, int] | None = option(
         None, "--imgsz", "input size for models with dynamic spatial axes (default: ONNX metadata)",
         nargs=2, metavar=("HEIGHT", "WIDTH"), low=32, high=8192)
@@ -283,8 +291,24 @@ class BuildOptions:
         if self.detector_spin != "off" and self.target != "embedded":
             raise SpecError("--detector-spin run sets the embedded detector's session (ONNX Runtime in the Python "
                             "backend): use it with --target embedded")
+        if self.classifier is not None:
+            self._check_second_stage()
         if self.tensorrt.defer_plan and self.target != "tensorrt":
             raise SpecError("--defer-plan leaves the TensorRT plan to build later: use it with --target tensorrt")
+
+    def _check_second_stage(self) -> None:
+        """What a two-stage build (--classifier) supports today; the rest is refused by name."""
+        if self.target != "embedded":
+            raise SpecError(f"--classifier runs the classifier on ONNX Runtime in the embedded Python backend: use "
+                            f"it with --target embedded (not {self.target})")
+        if self.normalise_in != "graph":
+            raise SpecError("--classifier sends uint8 crops to the classifier graph, which normalises them: drop "
+                            "--normalise-in preprocess")
+
+    @property
+    def second_stage_boxes(self) -> int:
+        """The boxes per image a two-stage build classifies: --classify-boxes, at most --max-detections."""
+        return min(self.classify_boxes, self.max_detections)
 
     @property
     def detector_device(self) -> Device:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,6 +234,21 @@ def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, para
     }
 
 
+@dataclass(frozen=True)
+class SecondStageRender:
+    """A two-stage build's crop and classifier steps: their templates and values given the batching context and
+    the preprocess's image parameters, and what the ensemble template adds (``second_stage``)."""
+
+    contexts: Callable[[dict[str, Any], dict[str, str]], dict[str, tuple[str, dict[str, Any]]]]
+    ensemble: dict[str, Any]
+
+
+def _image_limits(options: BuildOptions) -> dict[str, str]:
+    limits = options.limits
+    return {"max_image_bytes": str(limits.max_bytes), "max_image_pixels": str(limits.max_pixels),
+            "max_image_side": str(limits.max_side)}
+
+
 def batching_context(options: BuildOptions, admission: Admission) -> dict[str, Any]:
     """Template values of ``_batching.pbtxt.j2``: the queue policy the build's admission sized."""
     policy = admission.policy
@@ -273,6 +289,7 @@ def render_models(
     detector: DetectorIO | None = None,
     admission: Admission | None = None,
     version: int | None = None,
+    second_stage: SecondStageRender | None = None,
 ) -> dict[str, RenderedModel]:
     """Render, parse and cross-check the four configs; returns them keyed by model name.
 
@@ -280,7 +297,8 @@ def render_models(
     ``detector`` is its config I/O as the backend will see it (default: as the ONNX declares it).
     ``admission`` (the build's, from its measured service time) sizes the queues; without it the options' own
     (``--max-queue-ms``, ``--service-ms``; without a service time the queues hold two batches). ``version`` (a versioned repository) gives every config the version policy of that folder
-    and pins the ensemble's steps to it.
+    and pins the ensemble's steps to it. ``second_stage``: a two-stage build's further steps
+    (generator.builder.second_stage), rendered and wired like the others.
     """
     env = _environment()
     io = detector or detector_io(declared_io(info), info, options)
@@ -296,11 +314,15 @@ def render_models(
                                        info.image_size, info.static_batch)),
         "nms": ("nms.pbtxt.j2", _nms_context(info, options, io, extra.get("nms", {}), batching)),
     }
+    if second_stage is not None:
+        contexts.update(second_stage.contexts(batching, {**_image_limits(options), **preprocess_parameters}))
     rendered: dict[str, RenderedModel] = {}
     for step, (template, context) in contexts.items():
         text = env.get_template(template).render(**context, version=version)
         rendered[step] = RenderedModel(context["name"], text, parse_config(context["name"], text))
-    ensemble = _render_ensemble(env, info, options, io, rendered, extra.get("ensemble", {}), version)
+    ensemble_parameters = {**extra.get("ensemble", {}), **(second_stage.ensemble["parameters"] if second_stage else {})}
+    ensemble = _render_ensemble(env, info, options, io, rendered, ensemble_parameters, version,
+                                second_stage.ensemble if second_stage else None)
     models = {r.name: r for r in (ensemble, *rendered.values())}
     check_ensemble_wiring(ensemble.config, {r.name: r.config for r in rendered.values()})
     return models
@@ -308,7 +330,7 @@ def render_models(
 
 def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: BuildOptions, io: DetectorIO,
                      steps: dict[str, RenderedModel], parameters: dict[str, str],
-                     version: int | None = None) -> RenderedModel:
+                     version: int | None = None, second_stage: dict[str, Any] | None = None) -> RenderedModel:
     names = options.model_names
     # A step that does not batch (max_batch_size 0: a static batch-1 export) takes one image per request.
     max_batch = min(r.config.max_batch_size or 1 for r in steps.values())
@@ -328,5 +350,6 @@ def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: Build
                     **task_ensemble_parameters(info), **parameters},
         version=version,
         step_version=-1 if version is None else version,
+        second_stage=second_stage,
     )
     return RenderedModel(options.name, text, parse_config(options.name, text))
