@@ -226,12 +226,13 @@ serve_start() {  # serve_start NAME REPOSITORY...: generator serve in the backgr
 serve_stop() { kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; }
 
 measure() {  # the sweeps against the engine alone, most important first; then a Locust cross-check
-  local levels=1,8,32,64,128 dur=6 batches=1,8,32
-  [ "$DRY" = 1 ] && { levels=1,4; dur=2; batches=1,4; }
+  # LEVELS: the in-flight counts (a peak past 128 needs more); MODELS: which repositories, in order
+  local levels=${LEVELS:-1,8,32,64,128} dur=6 batches=1,8,32
+  [ "$DRY" = 1 ] && { levels=${LEVELS:-1,4}; dur=2; batches=1,4; }
   local bench=(--url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 --concurrency $levels --duration $dur
                --paired-rounds 0 --crosscheck-concurrency 0 --results-dir "$OUT/bench")
   local model
-  for model in y11 demo; do
+  for model in ${MODELS:-y11 demo}; do
     step "bench-$model" 200 "$RT" -m loadtest bench "${bench[@]}" --model $model --label $model
     step "engine-$model" 150 "$RT" -m loadtest engine --repository "$T/data/$model" --model $model \
       --batches $batches --seconds 2 --out "$OUT/engine-$model.json"
