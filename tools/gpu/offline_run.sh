@@ -9,6 +9,8 @@
 #   device call K+2:                    bash tools/gpu/offline_run.sh more      carry nothing
 #   device call K+3 (VERSUS_ONNX given): bash tools/gpu/offline_run.sh versus  carry nothing (install carried it)
 #   device call K+4 (REPOS has y11_d4, y11_p4): bash tools/gpu/offline_run.sh bound   carry nothing
+#   any device call (VERSUS_ONNX given):  bash tools/gpu/offline_run.sh probe   carry .device/run/versus, or nothing
+#                                         after install (CORES="4 2 1": tools/gpu/spin_probe.py pinned to each)
 #
 # STUBS=cpu VERSUS_ONNX=PATH ... prepare: only what `versus` needs (issue 27, CPU only): the cpu stub environment
 # and the runtime for build, client and loadtest, no GPU repositories; the calls are then the parts, install and
@@ -135,7 +137,7 @@ plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside
   local verbs=()
   [ -d "$W/data/demo" ] && verbs+=("main" "more")
   [ -d "$W/versus" ] && verbs+=("versus" "CORES=1,2 bash tools/gpu/offline_run.sh versus" \
-                                "SPIN=1 bash tools/gpu/offline_run.sh versus")
+                                "SPIN=1 bash tools/gpu/offline_run.sh versus" "probe")
   [ -d "$W/data/y11_d4" ] && verbs+=("bound")
   for verb in "${verbs[@]}"; do
     case "$verb" in *" "*) ;; *) verb="bash tools/gpu/offline_run.sh $verb" ;; esac
@@ -318,6 +320,22 @@ versus() {  # issue 27: the served ensemble against the same ONNX in-process, ea
   bundle "$label"
 }
 
+probe() {  # issue 35: tools/gpu/spin_probe.py (no Triton, the device's own python3) pinned to each of CORES (default
+  # 4,2,1) on the versus model: carried in this call (.device/run/versus, no archive: the cheapest first call) or kept
+  mkdir -p "$OUT" && rm -rf "${OUT:?}"/*
+  local model=$W/versus/model.onnx count
+  [ -f "$model" ] || model=$T/versus/model.onnx
+  [ -f "$model" ] || { echo "no model: carry .device/run/versus (prepare with VERSUS_ONNX=PATH)"; return 3; }
+  for count in ${CORES:-4 2 1}; do
+    [ "$count" -le "$(nproc)" ] || { echo "skipped $count cores: $(nproc) here"; continue; }
+    # shellcheck disable=SC2086  # PROBE_ARGS: more words for the probe (--rounds, --window)
+    taskset -c "0-$((count - 1))" "$PY" tools/gpu/spin_probe.py --onnx "$model" --out "$OUT/spin-probe-c$count.json" \
+      ${PROBE_ARGS:-} 2>&1 | tee -a "$OUT/spin-probe.txt"
+    uptime | tee -a "$OUT/spin-probe.txt"
+  done
+  echo "done in $(since) s"
+}
+
 bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 instances) against itself with four
   # detector (y11_d4) or four preprocess (y11_p4) instances, at 64 and 128 in flight, y11 again last (the drift),
   # the engine alone beside them, the GPU series scraped (REPOS="y11 y11_d4 y11_p4" at prepare)
@@ -358,6 +376,7 @@ case "${1:-}" in
   more) more ;;
   versus) versus ;;
   bound) bound ;;
+  probe) probe ;;
   plan) plan "$(tree_bytes)" "?" ;;
-  *) echo "usage: $0 prepare | plan | keep | install | main | more | versus | bound"; exit 2 ;;
+  *) echo "usage: $0 prepare | plan | keep | install | main | more | versus | bound | probe"; exit 2 ;;
 esac
