@@ -15,8 +15,8 @@
 # STUBS=cpu VERSUS_ONNX=PATH ... prepare: only what `versus` needs (issue 27, CPU only): the cpu stub environment
 # and the runtime for build, client and loadtest, no GPU repositories; the calls are then the parts, install and
 # versus (CORES=1,2,4,... picks the core counts, SPIN=1 builds with --detector-spinning, BUILD_ARGS="..." any other
-# variant, WINDOW the seconds per window, LABEL the results' name; VERSUS_WHEELS=DIR at prepare carries Ultralytics'
-# wheels for its predict column, issue 35).
+# variant, VARIANT_ARGS="..." a second build paired with the first in the same rounds, WINDOW the seconds per window,
+# LABEL the results' name; VERSUS_WHEELS=DIR at prepare carries Ultralytics' wheels for its predict column, issue 35).
 #
 # The device gets the checkout the session started in, not a helper's worktree. A helper stages its code there:
 # STAGE_IN=.device/NAME bash tools/gpu/offline_run.sh plan prints the calls for a copy of its tools, generator,
@@ -307,6 +307,8 @@ versus() {  # issue 27: the served ensemble against the same ONNX in-process, ea
   [ "$DRY" = 1 ] && { cores=${CORES:-1,2}; rounds=1; extra=(--window 2); }
   [ "${SPIN:-0}" = 1 ] && { extra+=(--build-arg=--detector-spinning); label=versus-spinning; }
   for word in ${BUILD_ARGS:-}; do extra+=("--build-arg=$word"); done  # a variant build, e.g. "--instances 1 1 1"
+  # VARIANT_ARGS: a second build served beside the first and paired with it in every round (--variant-arg)
+  for word in ${VARIANT_ARGS:-}; do extra+=("--variant-arg=$word"); done
   # Ultralytics' predict where its wheels were carried (VERSUS_WHEELS at prepare); else the column is left out
   local ultra=(--no-ultralytics)
   if ls "$T"/versus/*.whl > /dev/null 2>&1 && "$PY" -m pip install -q --no-index --no-deps --upgrade \
