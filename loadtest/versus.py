@@ -27,6 +27,7 @@ from .report import point_from_latencies
 
 logger = logging.getLogger(__name__)
 SERVED, REFERENCE, ULTRALYTICS, DETECTOR = "served", "reference", "ultralytics", "detector"
+VARIANT = "variant"  # a second build (--variant-arg) served beside the first by the same server, paired with it
 SINGLE_STREAM_GOAL = 1.05  # served p50 / reference p50 at one stream, at most
 THROUGHPUT_GOAL = 1.3  # served / reference throughput at GOAL_STREAMS, at least
 GOAL_STREAMS = 4

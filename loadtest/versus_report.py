@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .breakdown_report import breakdown_lines
-from .versus import DETECTOR, REFERENCE, SERVED, ULTRALYTICS
+from .versus import DETECTOR, REFERENCE, SERVED, ULTRALYTICS, VARIANT
 
 COLUMNS = (SERVED, REFERENCE, DETECTOR, ULTRALYTICS)
 
@@ -42,6 +42,28 @@ def _rows(cores: int, run: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _variant_lines(runs: list[tuple[int, dict[str, Any]]]) -> list[str]:
+    """The first build against the --variant-arg build, both served by the same server, paired in every round."""
+    measured = [(cores, run) for cores, run in runs if VARIANT in run["summary"]["sides"]]
+    if not measured:
+        return []
+    lines = ["", f"The build against its variant ({' '.join(measured[0][1][VARIANT]['build_args'])}), both served "
+             "by the same server in every round; served / variant below 1 at one stream's p50, or above 1 in "
+             "images/s, favours the first build.", "",
+             "| cores | streams | measure | served | variant | served / variant | CPU ms per image, served / variant |",
+             "|---:|---:|---|---:|---:|---:|---|"]
+    for cores, run in measured:
+        summary = run["summary"]
+        for n in run["settings"]["streams"]:
+            for key, what in ([("p50_ms", "p50 ms"), ("rps", "images/s")] if n == 1 else [("rps", "images/s")]):
+                ratio = summary["ratios"][VARIANT].get("p50_1" if key == "p50_ms" else f"rps_{n}")
+                cells = [_cell(summary["sides"][side][str(n)][key]) for side in (SERVED, VARIANT)]
+                cpu = " / ".join(_cell(summary["sides"][side][str(n)].get("cpu_ms_per_image"), 0)
+                                 for side in (SERVED, VARIANT))
+                lines.append(f"| {cores} | {n} | {what} | {cells[0]} | {cells[1]} | {_cell(ratio, 3)} | {cpu} |")
+    return lines
+
+
 def report_lines(results: dict[str, Any]) -> list[str]:
     runs = _runs(results)
     first = runs[0][1]
@@ -65,6 +87,7 @@ def report_lines(results: dict[str, Any]) -> list[str]:
               "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for cores, run in runs:
         lines += _rows(cores, run)
+    lines += _variant_lines(runs)
     lines += ["", "Goals. Issue 27, against the in-process reference: one stream p50 ratio <= 1.05; 4 streams "
               "throughput ratio >= 1.3 at a p95 ratio <= 1. Issue 35: one stream images/s >= 1.05x Ultralytics'; "
               "a lone request's p50 <= 1.3x the bare detector's; 4 streams >= 1.3x Ultralytics as 4 processes.", ""]

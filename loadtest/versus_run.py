@@ -22,7 +22,17 @@ from .machine import machine_info
 from .provenance import repository_record
 from .reference import InProcessPipeline, Thresholds, ultralytics_missing
 from .ultralytics_procs import PredictSettings, UltralyticsProcesses
-from .versus import DETECTOR, REFERENCE, SERVED, ULTRALYTICS, Side, VersusSettings, process_cpu_s, run_rounds
+from .versus import (
+    DETECTOR,
+    REFERENCE,
+    SERVED,
+    ULTRALYTICS,
+    VARIANT,
+    Side,
+    VersusSettings,
+    process_cpu_s,
+    run_rounds,
+)
 
 logger = logging.getLogger(__name__)
 TIMEOUT_S = 60.0
@@ -50,6 +60,11 @@ def build_repository(onnx: Path | None, output: Path, extra: list[str]) -> Path:
     if done.returncode != 0:
         raise LoadTestError(f"the build failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
     return output
+
+
+def variant_model(model: str) -> str:
+    """The ensemble name of the --variant-arg build, served beside ``model``."""
+    return f"{model}_variant"
 
 
 def _manifest(repository: Path) -> Any:
@@ -95,9 +110,14 @@ def sides_for(args: argparse.Namespace, grpc: str, repository: Path, server_pid:
     thresholds = Thresholds(t.conf, t.iou, t.max_detections)
     reference = InProcessPipeline(onnx, thresholds)
     server_cpu = (lambda: process_cpu_s(server_pid, tree=True)) if server_pid else None
-    sides = [Side(SERVED, lambda: client_factory("grpc", grpc, args.model, TIMEOUT_S), server_cpu),
-             Side(REFERENCE, reference.factory, process_cpu_s)]
-    about: dict[str, Any] = {
+    sides = [Side(SERVED, lambda: client_factory("grpc", grpc, args.model, TIMEOUT_S), server_cpu)]
+    about: dict[str, Any] = {}
+    if args.variant_arg:  # the second build, on the same server (commands/versus.py, served)
+        variant = variant_model(args.model)
+        sides.append(Side(VARIANT, lambda: client_factory("grpc", grpc, variant, TIMEOUT_S), server_cpu))
+        about[VARIANT] = {"model": variant, "build_args": list(args.variant_arg)}
+    sides.append(Side(REFERENCE, reference.factory, process_cpu_s))
+    about |= {
         "reference": {"onnx": onnx.name, "layout": reference.info.layout, "image_size": list(reference.info.image_size),
                       "session": "ONNX Runtime, one intra-op thread per core of the pinning and none outside it, "
                                  "spinning, shared by the streams",
@@ -153,6 +173,7 @@ def _child_args(args: argparse.Namespace, cores: int, out: Path) -> list[str]:
              "--streams", args.streams, "--rounds", str(args.rounds), "--window", str(args.window),
              "--size", args.size, "--label", f"{cores}c", "--results-dir", str(out)]
     words += [f"--build-arg={arg.replace('{cores}', str(cores))}" for arg in args.build_arg]
+    words += [f"--variant-arg={arg.replace('{cores}', str(cores))}" for arg in args.variant_arg]
     if args.images:
         words += ["--images", str(args.images)]
     if args.no_ultralytics:

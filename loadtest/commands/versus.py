@@ -51,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for the build (repeat), e.g. --build-arg=--max-batch=4; with --cores, "
                         "{cores} becomes each core count (--build-arg=--detector-threads --build-arg={cores})")
+    parser.add_argument("--variant-arg", action="append", default=[], metavar="ARG",
+                        help="build a second repository with these extra arguments (repeat; beside --build-arg) and "
+                        "serve it from the same server as one more side, paired with the first build in every round, "
+                        "e.g. --variant-arg=--detector-spin --variant-arg=run; {cores} as for --build-arg")
     parser.add_argument("--cores", default=None,
                         help="core counts, e.g. 1,2,4,8,16: one pinned build, server and measurement per count "
                         "(taskset; the server, its clients and the references share the pinned cores)")
@@ -79,6 +83,7 @@ def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, st
     from ..versus_run import build_repository, free_ports
 
     repository = args.repository or build_repository(args.onnx, work / "repository", args.build_arg)
+    variant = variant_repository(args, work)
     if args.url:
         grpc = address_of(args.url, "grpc")
         yield repository, grpc, f"{host_of(grpc)}:{args.metrics_port}", None, None
@@ -90,13 +95,27 @@ def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, st
 
     http, grpc_port, metrics = free_ports(3)
     trace_file = work / "trace.json"
+    second = (f"--model-repository={variant.resolve()}",) if variant else ()  # Triton serves every one given
     try:
         with EmbeddedServer(repository, http, grpc_port, metrics, log_file=work / "tritonserver.log",
-                            extra_args=trace_flags(trace_file)) as server:
+                            extra_args=(*trace_flags(trace_file), *second)) as server:
             pid = server.process.pid if server.process else None
             yield repository, server.grpc_url, server.metrics_url, pid, (server.http_url, trace_file)
     except GeneratorError as exc:
         raise LoadTestError(f"embedded server: {exc}") from exc
+
+
+def variant_repository(args: argparse.Namespace, work: Path) -> Path | None:
+    """The --variant-arg build (the first build's arguments, these, and its own ensemble name), or None."""
+    if not args.variant_arg:
+        return None
+    if args.url or args.repository is not None:
+        raise LoadTestError("--variant-arg builds both sides from --onnx and serves them here: not with "
+                            "--repository or --url")
+    from ..versus_run import build_repository, variant_model
+
+    return build_repository(args.onnx, work / "variant",
+                            [*args.build_arg, *args.variant_arg, f"--name={variant_model(args.model)}"])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from loadtest.versus import (
     DETECTOR,
     REFERENCE,
     SERVED,
+    VARIANT,
     Side,
     VersusSettings,
     goals,
@@ -188,3 +189,45 @@ def test_the_bare_detector_side_says_why_when_the_detector_is_not_onnx_runtime_h
     (step / "config.pbtxt").write_text('name: "yolo_detector"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n')
     with pytest.raises(LoadTestError, match="no bare detector side: detector is tensorrt_plan, not ONNX Runtime"):
         BareDetector(tmp_path, "yolo", [b"x"])
+
+
+def test_a_variant_build_is_one_more_side_paired_with_the_first_and_reported_beside_it() -> None:
+    # Served: 10 ms a frame; its variant: 20 ms; both in every round, ratios within the round.
+    sides = [Side(SERVED, sleeper(10), process_cpu_s), Side(VARIANT, sleeper(20), process_cpu_s),
+             Side(REFERENCE, sleeper(10), process_cpu_s)]
+    rounds = run_rounds(sides, [b"x"], VersusSettings(streams=(1,), rounds=2, window_s=0.3))
+    assert all(set(r["order"]) == {SERVED, VARIANT, REFERENCE} for r in rounds["rounds"])
+    assert 0.4 < rounds["summary"]["ratios"][VARIANT]["p50_1"]["median"] < 0.6
+    one = {"label": "t", "started": "now", "cores": 2, "machine": {"cpu_model": "cpu", "usable_cores": 2},
+           "images": {"count": 1, "avg_bytes": 1}, "ultralytics": {"absent": "left out"},
+           VARIANT: {"model": "yolo_variant", "build_args": ["--detector-spin", "run"]},
+           "reference": {"onnx": "m.onnx", "session": "defaults", "decode": "full"}, **rounds}
+    lines = report_lines(one)
+    assert any("its variant (--detector-spin run)" in line for line in lines)
+    (row,) = [line for line in lines if line.startswith("| 2 | 1 | p50 ms |") and line.count("|") == 8]
+    assert float(row.split("|")[6].split()[0]) < 0.6  # served / variant, the round's own ratio
+
+
+def test_a_variant_needs_both_builds_made_here() -> None:
+    done = subprocess.run([sys.executable, "-m", "loadtest", "versus", "--repository", str(ROOT), "--url",
+                           "127.0.0.1:1", "--variant-arg=--detector-spin", "--variant-arg=run"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == 1
+    assert "--variant-arg builds both sides from --onnx and serves them here" in done.stderr + done.stdout
+
+
+@pytest.mark.integration
+def test_versus_serves_a_variant_build_beside_the_first_from_one_server(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "loadtest", "versus", "--onnx", str(DEMO_ONNX), "--rounds", "1",
+                           "--window", "1", "--streams", "1", "--no-ultralytics", "--variant-arg=--detector-spin",
+                           "--variant-arg=run", "--results-dir", str(tmp_path), "--label", "variant"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (written,) = tmp_path.glob("*-variant.json")
+    data = json.loads(written.read_text())
+    assert data["variant"] == {"model": "yolo_variant", "build_args": ["--detector-spin", "run"]}
+    (record,) = data["rounds"]
+    for side in (SERVED, VARIANT):
+        assert record[side]["1"]["requests"] > 0 and record[side]["1"]["failures"] == 0
+    assert record["ratios"][VARIANT]["p50_1"] > 0
+    assert "| served / variant |" in written.with_suffix(".md").read_text()

@@ -3,13 +3,17 @@ GPU run), and the refusal of a CPU-only prepare that has no model to compare."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from generator.demo import DEMO_ONNX
 
 SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "offline_run.sh"
 
@@ -45,6 +49,7 @@ def test_a_cpu_only_versus_run_installs_then_runs_versus_three_ways(checkout: Pa
         ("", "bash tools/gpu/offline_run.sh versus"),
         ("", "CORES=1,2 bash tools/gpu/offline_run.sh versus"),
         ("", "SPIN=1 bash tools/gpu/offline_run.sh versus"),
+        ("", "bash tools/gpu/offline_run.sh probe"),
     ]
 
 
@@ -72,7 +77,8 @@ def test_the_bound_call_follows_when_the_instance_variants_were_built(checkout: 
     assert calls[2][0] == ".device/run/p03, .device/run/data, .device/run/versus"
     assert [command for _, command in calls[3:]] == [
         "bash tools/gpu/offline_run.sh versus", "CORES=1,2 bash tools/gpu/offline_run.sh versus",
-        "SPIN=1 bash tools/gpu/offline_run.sh versus", "bash tools/gpu/offline_run.sh bound"]
+        "SPIN=1 bash tools/gpu/offline_run.sh versus", "bash tools/gpu/offline_run.sh probe",
+        "bash tools/gpu/offline_run.sh bound"]
 
 
 def test_a_helper_stages_its_code_beside_each_call_in_the_sessions_checkout(checkout: Path) -> None:
@@ -87,4 +93,19 @@ def test_a_helper_stages_its_code_beside_each_call_in_the_sessions_checkout(chec
     calls = re.findall(r"^  call \d+: carry \[([^]]*)\] \([^)]*\): (.*)$", done.stdout, re.M)
     code = ".device/me/generator, .device/me/loadtest, .device/me/tools, .device/me/clients"
     assert calls[0] == (f"{code}, .device/me/.device/run/p01", "cd .device/me && bash tools/gpu/offline_run.sh keep")
-    assert calls[-1] == (code, "cd .device/me && SPIN=1 bash tools/gpu/offline_run.sh versus")
+    assert calls[-1] == (code, "cd .device/me && bash tools/gpu/offline_run.sh probe")
+
+
+def test_probe_runs_the_spin_probe_pinned_to_each_core_count_on_the_carried_model(checkout: Path) -> None:
+    shutil.copy(SCRIPT.parent / "spin_probe.py", checkout / "tools" / "gpu" / "spin_probe.py")
+    (checkout / ".device" / "run" / "versus").mkdir()
+    shutil.copy(DEMO_ONNX, checkout / ".device" / "run" / "versus" / "model.onnx")
+    out = checkout / "out"
+    done = subprocess.run(["bash", "tools/gpu/offline_run.sh", "probe"], cwd=checkout, capture_output=True, text=True,
+                          timeout=120, check=False,
+                          env={**os.environ, "OUT": str(out), "CORES": "1", "PY": sys.executable,
+                               "PROBE_ARGS": "--rounds 1 --window 0", "TDE_TMP": str(checkout / "tmp")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads((out / "spin-probe-c1.json").read_text())
+    assert record["cores"] == 1  # pinned with taskset, as on the device
+    assert "1 cores | spin-stop | 2 streams" in (out / "spin-probe.txt").read_text()

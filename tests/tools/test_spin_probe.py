@@ -25,3 +25,10 @@ def test_a_short_run_records_every_setting_at_every_stream_count(tmp_path: Path)
         for streams in ("1", "2"):
             cell = record["summary"][name][streams]
             assert cell["rps"] > 0 and cell["p50_ms"] > 0 and cell["cpu_ms_per_image"] > 0
+
+
+def test_a_window_shorter_than_a_frame_still_times_a_frame_of_every_stream(tmp_path: Path) -> None:
+    out = tmp_path / "probe.json"
+    assert main(["--onnx", str(DEMO_ONNX), "--rounds", "1", "--window", "0", "--out", str(out)]) == 0
+    cells = [cell for setting in json.loads(out.read_text())["summary"].values() for cell in setting.values()]
+    assert len(cells) == 6 and all(cell["rps"] > 0 and cell["p50_ms"] > 0 for cell in cells)

@@ -9,12 +9,14 @@
 #   device call K+2:                    bash tools/gpu/offline_run.sh more      carry nothing
 #   device call K+3 (VERSUS_ONNX given): bash tools/gpu/offline_run.sh versus  carry nothing (install carried it)
 #   device call K+4 (REPOS has y11_d4, y11_p4): bash tools/gpu/offline_run.sh bound   carry nothing
+#   any device call (VERSUS_ONNX given):  bash tools/gpu/offline_run.sh probe   carry .device/run/versus, or nothing
+#                                         after install (CORES="4 2 1": tools/gpu/spin_probe.py pinned to each)
 #
 # STUBS=cpu VERSUS_ONNX=PATH ... prepare: only what `versus` needs (issue 27, CPU only): the cpu stub environment
 # and the runtime for build, client and loadtest, no GPU repositories; the calls are then the parts, install and
 # versus (CORES=1,2,4,... picks the core counts, SPIN=1 builds with --detector-spinning, BUILD_ARGS="..." any other
-# variant, WINDOW the seconds per window, LABEL the results' name; VERSUS_WHEELS=DIR at prepare carries Ultralytics'
-# wheels for its predict column, issue 35).
+# variant, VARIANT_ARGS="..." a second build paired with the first in the same rounds, WINDOW the seconds per window,
+# LABEL the results' name; VERSUS_WHEELS=DIR at prepare carries Ultralytics' wheels for its predict column, issue 35).
 #
 # The device gets the checkout the session started in, not a helper's worktree. A helper stages its code there:
 # STAGE_IN=.device/NAME bash tools/gpu/offline_run.sh plan prints the calls for a copy of its tools, generator,
@@ -135,7 +137,7 @@ plan() {  # plan TREE PART_MIB: the device calls, each carrying what fits beside
   local verbs=()
   [ -d "$W/data/demo" ] && verbs+=("main" "more")
   [ -d "$W/versus" ] && verbs+=("versus" "CORES=1,2 bash tools/gpu/offline_run.sh versus" \
-                                "SPIN=1 bash tools/gpu/offline_run.sh versus")
+                                "SPIN=1 bash tools/gpu/offline_run.sh versus" "probe")
   [ -d "$W/data/y11_d4" ] && verbs+=("bound")
   for verb in "${verbs[@]}"; do
     case "$verb" in *" "*) ;; *) verb="bash tools/gpu/offline_run.sh $verb" ;; esac
@@ -226,12 +228,13 @@ serve_start() {  # serve_start NAME REPOSITORY...: generator serve in the backgr
 serve_stop() { kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; }
 
 measure() {  # the sweeps against the engine alone, most important first; then a Locust cross-check
-  local levels=1,8,32,64,128 dur=6 batches=1,8,32
-  [ "$DRY" = 1 ] && { levels=1,4; dur=2; batches=1,4; }
+  # LEVELS: the in-flight counts (a peak past 128 needs more); MODELS: which repositories, in order
+  local levels=${LEVELS:-1,8,32,64,128} dur=6 batches=1,8,32
+  [ "$DRY" = 1 ] && { levels=${LEVELS:-1,4}; dur=2; batches=1,4; }
   local bench=(--url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 --concurrency $levels --duration $dur
                --paired-rounds 0 --crosscheck-concurrency 0 --results-dir "$OUT/bench")
   local model
-  for model in y11 demo; do
+  for model in ${MODELS:-y11 demo}; do
     step "bench-$model" 200 "$RT" -m loadtest bench "${bench[@]}" --model $model --label $model
     step "engine-$model" 150 "$RT" -m loadtest engine --repository "$T/data/$model" --model $model \
       --batches $batches --seconds 2 --out "$OUT/engine-$model.json"
@@ -304,6 +307,8 @@ versus() {  # issue 27: the served ensemble against the same ONNX in-process, ea
   [ "$DRY" = 1 ] && { cores=${CORES:-1,2}; rounds=1; extra=(--window 2); }
   [ "${SPIN:-0}" = 1 ] && { extra+=(--build-arg=--detector-spinning); label=versus-spinning; }
   for word in ${BUILD_ARGS:-}; do extra+=("--build-arg=$word"); done  # a variant build, e.g. "--instances 1 1 1"
+  # VARIANT_ARGS: a second build served beside the first and paired with it in every round (--variant-arg)
+  for word in ${VARIANT_ARGS:-}; do extra+=("--variant-arg=$word"); done
   # Ultralytics' predict where its wheels were carried (VERSUS_WHEELS at prepare); else the column is left out
   local ultra=(--no-ultralytics)
   if ls "$T"/versus/*.whl > /dev/null 2>&1 && "$PY" -m pip install -q --no-index --no-deps --upgrade \
@@ -315,6 +320,22 @@ versus() {  # issue 27: the served ensemble against the same ONNX in-process, ea
     "${ultra[@]}" "${extra[@]}" --label "$label" --results-dir "$OUT/versus"
   grep "^|\|^- " "$T/logs/$label.log" | tail -n 120
   bundle "$label"
+}
+
+probe() {  # issue 35: tools/gpu/spin_probe.py (no Triton, the device's own python3) pinned to each of CORES (default
+  # 4,2,1) on the versus model: carried in this call (.device/run/versus, no archive: the cheapest first call) or kept
+  mkdir -p "$OUT" && rm -rf "${OUT:?}"/*
+  local model=$W/versus/model.onnx count
+  [ -f "$model" ] || model=$T/versus/model.onnx
+  [ -f "$model" ] || { echo "no model: carry .device/run/versus (prepare with VERSUS_ONNX=PATH)"; return 3; }
+  for count in ${CORES:-4 2 1}; do
+    [ "$count" -le "$(nproc)" ] || { echo "skipped $count cores: $(nproc) here"; continue; }
+    # shellcheck disable=SC2086  # PROBE_ARGS: more words for the probe (--rounds, --window)
+    taskset -c "0-$((count - 1))" "$PY" tools/gpu/spin_probe.py --onnx "$model" --out "$OUT/spin-probe-c$count.json" \
+      ${PROBE_ARGS:-} 2>&1 | tee -a "$OUT/spin-probe.txt"
+    uptime | tee -a "$OUT/spin-probe.txt"
+  done
+  echo "done in $(since) s"
 }
 
 bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 instances) against itself with four
@@ -357,6 +378,7 @@ case "${1:-}" in
   more) more ;;
   versus) versus ;;
   bound) bound ;;
+  probe) probe ;;
   plan) plan "$(tree_bytes)" "?" ;;
-  *) echo "usage: $0 prepare | plan | keep | install | main | more | versus | bound"; exit 2 ;;
+  *) echo "usage: $0 prepare | plan | keep | install | main | more | versus | bound | probe"; exit 2 ;;
 esac

@@ -67,20 +67,22 @@ def _window(sessions: list[ort.InferenceSession], jpegs: list[bytes], streams: i
     name = sessions[0].get_inputs()[0].name
     latencies: list[float] = []
     lock = threading.Lock()
-    deadline = time.perf_counter() + seconds
 
     def loop(index: int) -> None:
         i = index
-        while time.perf_counter() < deadline:
+        while True:  # at least one frame a stream, however short the window
             start = time.perf_counter()
             _frame(sessions[index], jpegs[i % len(jpegs)], name)
             with lock:
                 latencies.append((time.perf_counter() - start) * 1000)
             i += 1
+            if time.perf_counter() >= deadline:
+                break
 
     for s in sessions[:streams]:
         _frame(s, jpegs[0], name)  # warm
     cpu, began = time.process_time(), time.perf_counter()
+    deadline = began + seconds  # after the warm-up, which would otherwise eat a short window
     threads = [threading.Thread(target=loop, args=(n,)) for n in range(streams)]
     for t in threads:
         t.start()
