@@ -156,16 +156,19 @@ def test_without_a_model_the_command_says_what_to_give() -> None:
 
 
 @pytest.mark.integration
-def test_versus_serves_the_demo_and_writes_json_markdown_and_plot(tmp_path: Path) -> None:
+def test_versus_serves_the_demo_and_a_variant_and_writes_json_markdown_and_plot(tmp_path: Path) -> None:
+    """One real run (each run starts a server and builds: one covers both): the four sides but Ultralytics', a
+    variant build (--detector-spin run) served beside the first by the same server, and the decomposition."""
     done = subprocess.run([sys.executable, "-m", "loadtest", "versus", "--onnx", str(DEMO_ONNX), "--rounds", "1",
-                           "--window", "1", "--streams", "1,2", "--no-ultralytics",
-                           "--results-dir", str(tmp_path), "--label", "demo"],
+                           "--window", "1", "--streams", "1,2", "--no-ultralytics", "--variant-arg=--detector-spin",
+                           "--variant-arg=run", "--results-dir", str(tmp_path), "--label", "demo"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (written,) = tmp_path.glob("*-demo.json")
     data = json.loads(written.read_text())
     (record,) = data["rounds"]
-    for side in (SERVED, REFERENCE, DETECTOR):
+    assert data["variant"] == {"model": "yolo_variant", "build_args": ["--detector-spin", "run"]}
+    for side in (SERVED, VARIANT, REFERENCE, DETECTOR):
         for streams in ("1", "2"):
             assert record[side][streams]["requests"] > 0 and record[side][streams]["failures"] == 0
     assert record[SERVED]["1"]["stages"]["yolo_detector"]["executions"] > 0
@@ -176,7 +179,9 @@ def test_versus_serves_the_demo_and_writes_json_markdown_and_plot(tmp_path: Path
     for streams in ("1", "2"):
         assert served[streams]["steps"] == ["yolo_preprocess", "yolo_detector", "yolo_nms"]
         assert served[streams]["requests"] > 0 and served[streams]["steps_ms"]["yolo_detector"]["compute"] > 0
+    assert record["ratios"][VARIANT]["p50_1"] > 0
     assert "| yolo_detector: compute |" in written.with_suffix(".md").read_text()
+    assert "| served / variant |" in written.with_suffix(".md").read_text()
     assert written.with_suffix(".md").is_file() and written.with_suffix(".png").stat().st_size > 1000
 
 
@@ -214,20 +219,3 @@ def test_a_variant_needs_both_builds_made_here() -> None:
                           capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert done.returncode == 1
     assert "--variant-arg builds both sides from --onnx and serves them here" in done.stderr + done.stdout
-
-
-@pytest.mark.integration
-def test_versus_serves_a_variant_build_beside_the_first_from_one_server(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "loadtest", "versus", "--onnx", str(DEMO_ONNX), "--rounds", "1",
-                           "--window", "1", "--streams", "1", "--no-ultralytics", "--variant-arg=--detector-spin",
-                           "--variant-arg=run", "--results-dir", str(tmp_path), "--label", "variant"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (written,) = tmp_path.glob("*-variant.json")
-    data = json.loads(written.read_text())
-    assert data["variant"] == {"model": "yolo_variant", "build_args": ["--detector-spin", "run"]}
-    (record,) = data["rounds"]
-    for side in (SERVED, VARIANT):
-        assert record[side]["1"]["requests"] > 0 and record[side]["1"]["failures"] == 0
-    assert record["ratios"][VARIANT]["p50_1"] > 0
-    assert "| served / variant |" in written.with_suffix(".md").read_text()
