@@ -14,12 +14,14 @@ ENV VIRTUAL_ENV=/opt/venv \
 # BUILD_CA_BUNDLE) and a BuildKit cache mount, so neither a certificate nor a download cache stays in the image.
 # The `loadtest` extra (Locust and the Triton clients, nothing of the build): its dependencies first, in a layer
 # that changes only with pyproject.toml; then the project itself.
-COPY pyproject.toml README.md /opt/project/
+COPY pyproject.toml /opt/project/
 RUN --mount=type=secret,id=build_ca --mount=type=cache,target=/var/cache/pip,sharing=locked \
     if grep -qs "BEGIN CERTIFICATE" /run/secrets/build_ca; then export PIP_CERT=/run/secrets/build_ca; fi \
     && export PIP_CACHE_DIR=/var/cache/pip \
+    && touch /opt/project/README.md \
     && python3 -m venv /opt/venv \
     && python -m pip install --quiet "/opt/project[loadtest]"
+COPY README.md /opt/project/
 COPY generator /opt/project/generator
 COPY clients /opt/project/clients
 COPY loadtest /opt/project/loadtest
