@@ -11,17 +11,21 @@ FROM ${DEBIAN_IMAGE} AS server
 RUN apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null \
     && rm -rf /var/lib/apt/lists/*
-# `generator serve --prepare`, the project's own code: fetches the wheel with pip, checks its sha256, unpacks the
-# server and makes the stub environment (pip --require-hashes) in TRITON_DETECTION_CACHE.
+# `generator serve --prepare`, the project's own code (generator/server/prepare.py): fetches the wheel with pip,
+# checks its sha256, unpacks the server and makes the stub environment (pip --require-hashes) in
+# TRITON_DETECTION_CACHE. Only the modules it imports are copied (its PREPARE_SOURCES, checked by
+# tests/deploy/test_prepare_sources.py), so this layer is remade when the pins change, not on every edit.
 # pip runs with the optional build secret `build_ca` (a CA bundle for a TLS-intercepting proxy; compose passes
 # BUILD_CA_BUNDLE) and a BuildKit cache mount, so neither a certificate nor a download cache stays in the image.
-COPY generator /opt/project/generator
+COPY generator/__init__.py generator/cache.py generator/errors.py /opt/project/generator/
+COPY generator/server /opt/project/generator/server
+COPY generator/serving/__init__.py generator/serving/contract.py /opt/project/generator/serving/
 ENV TRITON_DETECTION_CACHE=/opt/tde PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN --mount=type=secret,id=build_ca --mount=type=cache,target=/var/cache/pip,sharing=locked \
     if grep -qs "BEGIN CERTIFICATE" /run/secrets/build_ca; then export PIP_CERT=/run/secrets/build_ca; fi \
     && export PIP_CACHE_DIR=/var/cache/pip \
     && python3 -m venv /opt/bootstrap \
-    && PYTHONPATH=/opt/project /opt/bootstrap/bin/python -m generator serve --prepare --stub-env cpu \
+    && PYTHONPATH=/opt/project /opt/bootstrap/bin/python -m generator.server.prepare --stub-env cpu \
     && ln -s /opt/tde/tritonserver-*/tritonserver /opt/tde/server \
     && ln -s /opt/tde/tritonserver-*/libs /opt/tde/libs \
     && ln -s /opt/tde/environments/stub-cpu-* /opt/tde/stub
