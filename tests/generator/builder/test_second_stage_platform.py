@@ -150,3 +150,23 @@ def test_a_static_batch_classifier_is_refused_for_the_platform_step(onnx_dir: Pa
     with pytest.raises(SpecError, match=r"^--classifier classify-static\.onnx has a fixed batch of 1; .* re-export "
                                         r"it with dynamic=True"):
         build_files(onnx_dir / "yolo11-static.onnx", tmp_path / "repo", options)
+
+
+def test_a_tensorrt_build_on_a_gpu_host_builds_both_plans(onnx_dir: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    use_fake_child(monkeypatch)
+    repo = build_repository(onnx_dir / "yolo11-static.onnx", tmp_path / "repo", _options(onnx_dir, "tensorrt")).output
+    for step in ("two_detector", "two_classifier"):
+        assert (repo / step / "1" / "model.plan").is_file() and (repo / step / "1" / "build_report.json").is_file()
+    assert json.loads((repo / "manifest.json").read_text())["tensorrt"]["status"] == "built"
+
+
+def test_the_gpu_onnxruntime_classifier_runs_on_the_cuda_provider(onnx_dir: Path, tmp_path: Path) -> None:
+    options = _options(onnx_dir, "onnxruntime", device="gpu")
+    repo = build_repository(onnx_dir / "yolo11-static.onnx", tmp_path / "repo", options).output
+    config = _config(repo / "two_classifier" / "config.pbtxt")
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.name == "cuda"
+    detector = _config(repo / "two_detector" / "config.pbtxt")
+    assert config.optimization == detector.optimization and config.parameters == detector.parameters
