@@ -61,7 +61,9 @@ def platform_classifier(stage: ClassifierStep, options: BuildOptions, served: on
     """The files of the classifier step for ``options.target`` (``served``: its graph with the prefix)."""
     require_dynamic_batch(stage.info)
     name = stage.name
-    wrapped = wrap_crop_classifier(served, stage.max_boxes, stage.size, stage.top_k)
+    # ONNX Runtime runs the real crops only; a TensorRT plan keeps fixed shapes (every row, the padding zeroed).
+    wrapped = wrap_crop_classifier(served, stage.max_boxes, stage.size, stage.top_k,
+                                   real_only=options.target == "onnxruntime")
     data = wrapped.SerializeToString()
     files = {f"{name}/{folder}/{ONNX_FILE}": data}
     if options.target == "onnxruntime":

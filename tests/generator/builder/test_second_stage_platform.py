@@ -5,7 +5,8 @@ Each build passes the load rules of Triton 2.51 (generator.builder.stages.config
 what an ONNX Runtime session reports for the served graph, or against the engine the build spec makes). The served
 graph, run in ONNX Runtime on the crops the crop step cuts, gives exactly the classes and scores the embedded build's
 classifier step computes on the same crops (its ONNX, OnnxRunner and top_classes, as models/classifier.py runs them),
-rows past each image's crop count zero, in FP32 and FP16. The TensorRT stand-in child (fake_child.py) completes a
+rows past each image's crop count zero, in FP32 and FP16: the ONNX Runtime graph, which classifies the real crops
+only, and the TensorRT plan's source graph, which classifies every row. The TensorRT stand-in child (fake_child.py) completes a
 deferred build.
 """
 
@@ -106,6 +107,9 @@ def test_the_platform_classifier_gives_exactly_the_embedded_steps_classes_and_sc
     np.testing.assert_array_equal(classes, expected_classes)
     np.testing.assert_array_equal(scores, expected_scores)
     assert not scores[0].any() and not scores[1, 2:].any() and scores[2].all()
+    # a batch without a single crop (the ONNX Runtime graph gathers none of them)
+    empty = served.run([BOX_CLASSES, BOX_SCORES], {CROPS: crops[:1], CROP_COUNT: counts[:1]})
+    assert [a.shape for a in empty] == [(1, BOXES, TOP_K)] * 2 and not any(a.any() for a in empty)
 
 
 def test_the_classifier_step_is_the_targets_platform_model_batched_by_triton(repositories: dict[str, Path]) -> None:

@@ -3,11 +3,16 @@
 The crop step sends every image's crops as one uint8 tensor [B, K, S, S, 3] (BGR, rows past the image's crop count
 are zero) and the count [B, 1]. The wrapped graph flattens the crops to [B*K, S, S, 3] for the classifier's
 normalisation prefix, takes each crop's top-k probabilities (ONNX TopK: equal values keep the lower class first, as
-the embedded step's stable sort does), reshapes them back to [B, K, k] and zeroes the rows past the count, so the
-served outputs equal the embedded step's, which classifies only the real crops.
+the embedded step's stable sort does) and returns them as [B, K, k] with the rows past the count zero, so the
+served outputs equal the embedded step's. For ONNX Runtime it gathers the real crops first and classifies only
+those, as the embedded step does; for TensorRT it keeps fixed shapes (every row classified, the padding's results
+zeroed after): on ONNX Runtime's CPU the padding of a 20-box cap cost about 7x an image with two boxes
+(tools/classifier_step_bench.py).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import onnx
@@ -56,53 +61,110 @@ def _check(model: onnx.ModelProto) -> onnx.NodeProto:
     return casts[0]
 
 
-def wrap_crop_classifier(served: onnx.ModelProto, max_boxes: int, size: int, top_k: int) -> onnx.ModelProto:
+def _node(op: str, inputs: list[str], output: str, **attrs: Any) -> onnx.NodeProto:
+    return helper.make_node(op, [i if i.startswith(PREFIX) or i in _EXTERNAL else PREFIX + i for i in inputs],
+                            [PREFIX + output], name=PREFIX + output, **attrs)
+
+
+_EXTERNAL = {contract.CROPS, contract.CROP_COUNT}
+
+
+def _constants(max_boxes: int, size: int, top_k: int) -> list[onnx.TensorProto]:
+    return [numpy_helper.from_array(value, PREFIX + name) for name, value in (
+        ("flat_shape", np.array([-1, size, size, 3], dtype=np.int64)),
+        ("box_shape", np.array([-1, max_boxes, top_k], dtype=np.int64)),
+        ("count_shape", np.array([-1, 1, 1], dtype=np.int64)),
+        ("vector", np.array([-1], dtype=np.int64)),
+        ("first", np.array([0], dtype=np.int64)),
+        ("k", np.array([top_k], dtype=np.int64)),
+        ("rows", np.arange(max_boxes, dtype=np.int32).reshape(1, max_boxes, 1)),
+        ("zero_class", np.array(0, dtype=np.int32)),
+        ("zero_score", np.array(0.0, dtype=np.float32)))]
+
+
+def _real_rows() -> list[onnx.NodeProto]:
+    """``real`` [B, K, 1]: row < the image's crop count."""
+    return [_node("Reshape", [contract.CROP_COUNT, "count_shape"], "count"),
+            _node("Less", ["rows", "count"], "real")]
+
+
+def _top_k(probabilities: str) -> list[onnx.NodeProto]:
+    """``top`` float32 and ``class`` int32 [N, k] of [N, nc] probabilities (ONNX TopK: ties keep the lower index)."""
+    return [helper.make_node("Cast", [probabilities], [PREFIX + "probabilities"], to=TensorProto.FLOAT,
+                             name=PREFIX + "probabilities"),
+            helper.make_node("TopK", [PREFIX + "probabilities", PREFIX + "k"], [PREFIX + "top", PREFIX + "index"],
+                             axis=-1, largest=1, sorted=1, name=PREFIX + "topk"),
+            _node("Cast", ["index"], "class", to=TensorProto.INT32)]
+
+
+def _padded(cast_output: str, probabilities: str) -> tuple[list[onnx.NodeProto], list[onnx.NodeProto]]:
+    """Every row classified (fixed shapes, as TensorRT plans them), the padding's results zeroed after."""
+    head = [_node("Reshape", ["float", "flat_shape"], "flat")]
+    head[0].output[0] = cast_output
+    tail = [*_top_k(probabilities), *_real_rows(),
+            _node("Reshape", ["class", "box_shape"], "box_class"), _node("Reshape", ["top", "box_shape"], "box_score"),
+            _node("Where", ["real", "box_class", "zero_class"], "classes_out"),
+            _node("Where", ["real", "box_score", "zero_score"], "scores_out")]
+    return head, tail
+
+
+def _real_only(probabilities: str) -> tuple[list[onnx.NodeProto], list[onnx.NodeProto]]:
+    """Only the real rows classified (gathered by the count, scattered back into zero rows), as the embedded step
+    does: an image with two boxes costs two crops, not --classify-boxes. One row more is always run (the first, its
+    result dropped): an Ultralytics classifier's graph cannot run an empty batch (its attention Reshape fails)."""
+    head = [*_real_rows(), _node("Reshape", ["real", "vector"], "real_flat"),
+            _node("NonZero", ["real_flat"], "where"), _node("Transpose", ["where"], "indices", perm=[1, 0]),
+            _node("Reshape", ["where", "vector"], "picked"), _node("Concat", ["picked", "first"], "run", axis=0),
+            _node("Reshape", [contract.CROPS, "flat_shape"], "all_crops"),
+            _node("Gather", ["all_crops", "run"], "real_crops", axis=0)]
+    tail = [*_top_k(probabilities), _node("Shape", ["picked"], "real_total"),
+            _node("Slice", ["top", "first", "real_total", "first"], "real_top"),
+            _node("Slice", ["class", "first", "real_total", "first"], "real_class"),
+            _node("Shape", ["real_flat"], "rows_total"),
+            _node("Concat", ["rows_total", "k"], "table_shape", axis=0),
+            _node("ConstantOfShape", ["table_shape"], "class_table",
+                  value=numpy_helper.from_array(np.array([0], dtype=np.int32))),
+            _node("ConstantOfShape", ["table_shape"], "score_table",
+                  value=numpy_helper.from_array(np.array([0.0], dtype=np.float32))),
+            _node("ScatterND", ["class_table", "indices", "real_class"], "class_rows"),
+            _node("ScatterND", ["score_table", "indices", "real_top"], "score_rows"),
+            _node("Reshape", ["class_rows", "box_shape"], "classes_out"),
+            _node("Reshape", ["score_rows", "box_shape"], "scores_out")]
+    return head, tail
+
+
+def wrap_crop_classifier(served: onnx.ModelProto, max_boxes: int, size: int, top_k: int,
+                         real_only: bool = False) -> onnx.ModelProto:
     """Return a copy of ``served`` (a classifier with its normalisation prefix: uint8 [N, S, S, 3] in, [N, nc]
     probabilities out) taking contract.CROPS [B, max_boxes, size, size, 3] uint8 and contract.CROP_COUNT [B, 1]
-    int32, returning contract.BOX_CLASSES int32 and contract.BOX_SCORES float32, each [B, max_boxes, top_k]."""
+    int32, returning contract.BOX_CLASSES int32 and contract.BOX_SCORES float32, each [B, max_boxes, top_k].
+
+    ``real_only`` classifies only the rows below the count (data-dependent shapes: for ONNX Runtime); else every
+    row, the padding's results zeroed (fixed shapes: for TensorRT)."""
     model = onnx.ModelProto.FromString(served.SerializeToString())
     graph = model.graph
     cast = _check(model)
     (probabilities,) = graph.output
-    initializers = [
-        numpy_helper.from_array(np.array([-1, size, size, 3], dtype=np.int64), PREFIX + "flat_shape"),
-        numpy_helper.from_array(np.array([-1, max_boxes, top_k], dtype=np.int64), PREFIX + "box_shape"),
-        numpy_helper.from_array(np.array([-1, 1, 1], dtype=np.int64), PREFIX + "count_shape"),
-        numpy_helper.from_array(np.array([top_k], dtype=np.int64), PREFIX + "k"),
-        numpy_helper.from_array(np.arange(max_boxes, dtype=np.int32).reshape(1, max_boxes, 1), PREFIX + "rows"),
-        numpy_helper.from_array(np.array(0, dtype=np.int32), PREFIX + "zero_class"),
-        numpy_helper.from_array(np.array(0.0, dtype=np.float32), PREFIX + "zero_score"),
-    ]
-    graph.initializer.extend(initializers)
-    # The prefix's Cast now reads the [B, K, S, S, 3] crops; its float output is flattened before the transpose.
-    cast_output = cast.output[0]
-    cast.input[0] = contract.CROPS
-    cast.output[0] = PREFIX + "float"
-    head = [helper.make_node("Reshape", [PREFIX + "float", PREFIX + "flat_shape"], [cast_output],
-                             name=PREFIX + "flatten")]
-    tail = [
-        helper.make_node("Cast", [probabilities.name], [PREFIX + "probabilities"], to=TensorProto.FLOAT,
-                         name=PREFIX + "to_float"),
-        helper.make_node("TopK", [PREFIX + "probabilities", PREFIX + "k"], [PREFIX + "top", PREFIX + "index"],
-                         axis=-1, largest=1, sorted=1, name=PREFIX + "topk"),
-        helper.make_node("Cast", [PREFIX + "index"], [PREFIX + "class"], to=TensorProto.INT32,
-                         name=PREFIX + "class_int32"),
-        helper.make_node("Reshape", [PREFIX + "class", PREFIX + "box_shape"], [PREFIX + "box_class"],
-                         name=PREFIX + "class_rows"),
-        helper.make_node("Reshape", [PREFIX + "top", PREFIX + "box_shape"], [PREFIX + "box_score"],
-                         name=PREFIX + "score_rows"),
-        helper.make_node("Reshape", [contract.CROP_COUNT, PREFIX + "count_shape"], [PREFIX + "count"],
-                         name=PREFIX + "count_rows"),
-        helper.make_node("Less", [PREFIX + "rows", PREFIX + "count"], [PREFIX + "real"], name=PREFIX + "real"),
-        helper.make_node("Where", [PREFIX + "real", PREFIX + "box_class", PREFIX + "zero_class"],
-                         [contract.BOX_CLASSES], name=PREFIX + "blank_classes"),
-        helper.make_node("Where", [PREFIX + "real", PREFIX + "box_score", PREFIX + "zero_score"],
-                         [contract.BOX_SCORES], name=PREFIX + "blank_scores"),
-    ]
-    position = list(graph.node).index(cast) + 1
+    if real_only:  # the prefix's Cast reads the gathered real crops
+        head, tail = _real_only(probabilities.name)
+        cast.input[0] = PREFIX + "real_crops"
+    else:  # the prefix's Cast reads the [B, K, S, S, 3] crops; its float output is flattened before the transpose
+        head, tail = _padded(cast.output[0], probabilities.name)
+        cast.input[0], cast.output[0] = contract.CROPS, PREFIX + "float"
+    tail[-2].output[0], tail[-1].output[0] = contract.BOX_CLASSES, contract.BOX_SCORES
+    position = list(graph.node).index(cast) + (0 if real_only else 1)
     for offset, node in enumerate(head):
         graph.node.insert(position + offset, node)
     graph.node.extend(tail)
+    used = {name for node in [*head, *tail] for name in node.input}
+    graph.initializer.extend(c for c in _constants(max_boxes, size, top_k) if c.name in used)
+    _replace_io(graph, probabilities, max_boxes, size, top_k)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _replace_io(graph: onnx.GraphProto, probabilities: onnx.ValueInfoProto, max_boxes: int, size: int,
+                top_k: int) -> None:
     served_input = next(v for v in graph.input if v.name == SERVED_INPUT)
     graph.input.remove(served_input)
     graph.input.insert(0, _value_info(contract.CROPS, TensorProto.UINT8, ["batch", max_boxes, size, size, 3]))
@@ -110,5 +172,3 @@ def wrap_crop_classifier(served: onnx.ModelProto, max_boxes: int, size: int, top
     graph.output.remove(probabilities)
     graph.output.extend([_value_info(contract.BOX_CLASSES, TensorProto.INT32, ["batch", max_boxes, top_k]),
                          _value_info(contract.BOX_SCORES, TensorProto.FLOAT, ["batch", max_boxes, top_k])])
-    onnx.checker.check_model(model)
-    return model
