@@ -6,8 +6,8 @@ normalisation prefix, takes each crop's top-k probabilities (ONNX TopK: equal va
 the embedded step's stable sort does) and returns them as [B, K, k] with the rows past the count zero, so the
 served outputs equal the embedded step's. For ONNX Runtime it gathers the real crops first and classifies only
 those, as the embedded step does; for TensorRT it keeps fixed shapes (every row classified, the padding's results
-zeroed after): on ONNX Runtime's CPU the padding of a 20-box cap cost about 7x an image with two boxes
-(tools/classifier_step_bench.py).
+zeroed after): on ONNX Runtime's CPU the padding of a 20-box cap cost a median 7x an image with two boxes
+(tools/classifier_step_bench.py, docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -61,12 +61,13 @@ def _check(model: onnx.ModelProto) -> onnx.NodeProto:
     return casts[0]
 
 
+_EXTERNAL = {contract.CROPS, contract.CROP_COUNT}  # the step's inputs, named by the contract
+
+
 def _node(op: str, inputs: list[str], output: str, **attrs: Any) -> onnx.NodeProto:
+    """A node of the wrapper: its own tensor names get PREFIX (apart from the classifier's), the inputs keep theirs."""
     return helper.make_node(op, [i if i.startswith(PREFIX) or i in _EXTERNAL else PREFIX + i for i in inputs],
                             [PREFIX + output], name=PREFIX + output, **attrs)
-
-
-_EXTERNAL = {contract.CROPS, contract.CROP_COUNT}
 
 
 def _constants(max_boxes: int, size: int, top_k: int) -> list[onnx.TensorProto]:
