@@ -23,7 +23,9 @@ from generator.builder.second_stage import (
     prefixed,
     second_stage_files,
     second_stage_render,
+    served_classifier,
 )
+from generator.builder.second_stage_platform import ClassifierStep, PlatformClassifier, platform_classifier
 from generator.builder.spec.declarations import to_flags, to_record
 from generator.builder.spec.options import BuildOptions, SpecError
 from generator.builder.stages.admission import budget_warning, build_admission
@@ -345,10 +347,10 @@ def _detector_build(served: onnx.ModelProto, info_served: DetectorInfo, options:
 
 
 def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: DetectorBuild,
-                 admission: Admission, version: int | None = None, second: SecondStage | None = None
-                 ) -> tuple[dict[str, bytes], tuple[str, ...]]:
+                 admission: Admission, version: int | None = None, second: SecondStage | None = None,
+                 platform: PlatformClassifier | None = None) -> tuple[dict[str, bytes], tuple[str, ...]]:
     """Every config.pbtxt, the ensemble's version folder and the Python-backend sources (and a two-stage
-    build's classifier)."""
+    build's classifier: ``platform`` on the native targets)."""
     names = options.model_names
     folder = str(version or 1)
     extra = step_parameters(options, info_served.output.name)
@@ -361,7 +363,7 @@ def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: Det
             gpu = step == "preprocess" and options.preprocess_device == "gpu"
             files.update(_python_step_files(names[step], source, gpu=gpu, folder=folder))
     if second is not None:
-        files.update(second_stage_files(second, options, folder, _python_step_files))
+        files.update(second_stage_files(second, options, folder, _python_step_files, platform))
     return files, tuple(rendered)
 
 
@@ -380,6 +382,17 @@ def _lowered_second_stage(second: SecondStage | None, asked: BuildOptions,
                                                  "validation": "accuracy gate passed" if lowered.validated
                                                  else "skipped (--no-validate)"})
     return dataclasses.replace(second, served=served), files, facts
+
+
+def _platform_classifier(second: SecondStage | None, options: BuildOptions, folder: str
+                         ) -> PlatformClassifier | None:
+    """A two-stage build's classifier step on Triton's ONNX Runtime or TensorRT backend (None: embedded, or no
+    second stage)."""
+    if second is None or options.target == "embedded":
+        return None
+    step = ClassifierStep(second.names(options)["classifier"], second.info, second.max_boxes, second.size,
+                          second.top_k)
+    return platform_classifier(step, options, served_classifier(second), folder)
 
 
 @dataclass(frozen=True)
@@ -448,12 +461,16 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
         logger.warning("%s", warning)
     detector = _detector_build(served, info_served, options, str(version or 1))
     second, second_files, second_facts = _lowered_second_stage(second, asked, precision_transform)
+    platform = _platform_classifier(second, options, str(version or 1))
     files = dict(detector.files)
-    model_files, models = _model_files(info_served, options, detector, admission, version, second)
+    model_files, models = _model_files(info_served, options, detector, admission, version, second, platform)
     files.update(model_files)
     backend_io = {options.model_names["detector"]: detector.backend_io} if detector.backend_io else {}
-    check_load_rules(files, backend_io, set(detector.pending))
+    pending = {*detector.pending, *(platform.pending if platform else ())}
+    if platform is not None and second is not None:
+        backend_io[second.names(options)["classifier"]] = platform.backend_io
+    check_load_rules(files, backend_io, pending)
     files.update({**lowered.gate_files, **second_files})
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, {**lowered.facts, **second_facts},
                          files, lowered.validated, detector.plan, admission, placement, lowered.recorded)
-    return BuiltFiles(files, info, models, manifest, detector.pending)
+    return BuiltFiles(files, info, models, manifest, tuple(sorted(pending)))

@@ -2,7 +2,7 @@
 
 The repository was written by ``build --target tensorrt --defer-plan`` (anywhere, without TensorRT): it holds
 the served ONNX, ``build_spec.json`` with the optimization profile, and the detector config derived from
-both. Here the spec is checked against the ONNX and the config before any GPU work, the plan is built in a
+both (a two-stage build: the classifier step's too, built after the detector's). Here the spec is checked against the ONNX and the config before any GPU work, the plan is built in a
 child process with this machine's TensorRT, its bindings are checked the way Triton's TensorRT backend will,
 and the repository is rewritten as a whole with the plan and its facts in ``manifest.json``: a failure at
 any point leaves it exactly as it was.
@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from generator.builder.plan_steps import build_step_plans, step_plans
 from generator.builder.stages.config.load_rules import parse, repository_violations
+from generator.builder.stages.config.model_io import ModelIO
 from generator.builder.stages.tensorrt.bindings import TensorDesc, engine_io
 from generator.builder.stages.tensorrt.builder import BuildReport, BuildSpec
 from generator.builder.stages.tensorrt.child import REPORT_NAME, probe_builder
@@ -72,15 +75,18 @@ def _pending_plan(manifest: Manifest, repository: Path, force: bool) -> PlanFact
 
 
 def _check(files: dict[str, bytes], detector: str, spec: BuildSpec, served: onnx.ModelProto,
-           tensors: tuple[TensorDesc, ...] | None, pending: set[str]) -> None:
+           tensors: tuple[TensorDesc, ...] | None, pending: set[str], steps: Mapping[str, ModelIO] | None = None
+           ) -> None:
     """The spec against the ONNX, then the detector config against the engine the way Triton will.
 
-    ``tensors`` are the built engine's; before the build, the engine the spec makes of the ONNX.
+    ``tensors`` are the built engine's; before the build, the engine the spec makes of the ONNX. ``steps``: the
+    other built plans' engines (generator.builder.plan_steps).
     """
     problems = spec_problems(spec, served)
     engine = tensors if tensors is not None else expected_engine(served, spec.profiles[0])
     if not problems:
-        problems = [str(v) for v in repository_violations(files, {detector: engine_io(engine)}, pending)]
+        engines = {detector: engine_io(engine), **(steps or {})}
+        problems = [str(v) for v in repository_violations(files, engines, pending)]
     if problems:
         raise PlanError("the build spec does not fit this repository: " + "; ".join(problems) +
                         "; rebuild the repository with python -m generator build --target tensorrt --defer-plan")
@@ -98,6 +104,7 @@ def complete_plan(repository: Path, force: bool = False, timeout: float | None =
         onnx_bytes = files[f"{version_dir}/{spec.onnx_path}"]
         served = onnx.load_from_string(onnx_bytes)
         parse(detector, files[f"{detector}/config.pbtxt"].decode())
+        steps = step_plans(files, detector)
     except (KeyError, ValueError, DecodeError) as exc:
         raise PlanError(f"the repository's build inputs are incomplete or unreadable ({exc}); rebuild it with "
                         f"{rebuild_command(manifest, repository)}") from exc
@@ -106,12 +113,16 @@ def complete_plan(repository: Path, force: bool = False, timeout: float | None =
                         f"{PurePosixPath(plan.plan_file).name!r}; rebuild the repository with --defer-plan")
     files.pop(plan.plan_file, None)
     files.pop(f"{version_dir}/{REPORT_NAME}", None)
-    _check(files, detector, spec, served, None, {plan.plan_file})
+    for step in steps:
+        files.pop(step.plan_file, None)
+        files.pop(step.report_file, None)
+    _check(files, detector, spec, served, None, {plan.plan_file, *(step.plan_file for step in steps)})
     probe_builder()  # the spec fits: now say what this machine lacks, if anything, before building
     data, report = build_plan_files(spec, onnx_bytes, timeout)
     files[plan.plan_file] = data
     files[f"{version_dir}/{REPORT_NAME}"] = report_text(report)
-    _check(files, detector, spec, served, report.tensors, set())
+    engines = build_step_plans(files, steps, timeout)  # a two-stage build's classifier
+    _check(files, detector, spec, served, report.tensors, set(), engines)
     facts = {**plan.to_json(), **report_facts(report), "status": "built"}
     files.pop(MANIFEST_NAME, None)
     updated = replace(manifest, plan=PlanFacts.from_json(facts), files=hash_files(files))

@@ -19,6 +19,7 @@ from typing import Any
 
 import onnx
 
+from generator.builder.second_stage_platform import PlatformClassifier, platform_context
 from generator.builder.spec.options import BuildOptions, SpecError
 from generator.builder.stages.config.render import SecondStageRender
 from generator.builder.stages.config.task_io import top_k
@@ -65,13 +66,21 @@ def inspect_second_stage(detector: DetectorInfo, options: BuildOptions) -> Secon
     return SecondStage(info, height, top_k(info, options.top_k), options.second_stage_boxes)
 
 
+def served_classifier(stage: SecondStage) -> onnx.ModelProto:
+    """The classifier's served graph: as lowered by --precision, else the export's with its normalisation prefix."""
+    return stage.served or add_normalisation_prefix(onnx.load(str(stage.info.path)))
+
+
 def second_stage_files(stage: SecondStage, options: BuildOptions, folder: str,
-                       python_step_files: Callable[..., dict[str, bytes]]) -> dict[str, bytes]:
-    """The classifier's served graph and both steps' Python sources (``python_step_files``: the pipeline's)."""
+                       python_step_files: Callable[..., dict[str, bytes]],
+                       platform: PlatformClassifier | None = None) -> dict[str, bytes]:
+    """The crop step's Python sources (``python_step_files``: the pipeline's) and the classifier step's files: its
+    served graph and Python source, or ``platform``'s (``--target onnxruntime``/``tensorrt``)."""
     names = stage.names(options)
-    served = stage.served or add_normalisation_prefix(onnx.load(str(stage.info.path)))
-    files = {f"{names['classifier']}/{folder}/model.onnx": served.SerializeToString()}
-    files.update(python_step_files(names["crop"], CROP_SOURCE, folder=folder))
+    files = python_step_files(names["crop"], CROP_SOURCE, folder=folder)
+    if platform is not None:
+        return {**files, **platform.files}
+    files[f"{names['classifier']}/{folder}/model.onnx"] = served_classifier(stage).SerializeToString()
     files.update(python_step_files(names["classifier"], CLASSIFIER_SOURCE, folder=folder))
     return files
 
@@ -98,10 +107,12 @@ def second_stage_contexts(stage: SecondStage, options: BuildOptions, batching: d
             "instances": options.preprocess_instances,
             "parameters": {**image_parameters, "classifier_size": str(stage.size),
                            "classify_boxes": str(stage.max_boxes)}}
-    classifier = {**shared, "name": names["classifier"], "top_k": stage.top_k,
+    classifier = {**shared, "name": names["classifier"], "top_k": stage.top_k, "platform": None,
                   "instances": options.detector_instances,
                   "parameters": {"onnx_file": "model.onnx", "top_k": str(stage.top_k),
                                  "intra_op_threads": str(options.detector_thread_setting)}}
+    if options.target != "embedded":  # Triton's own backend (generator.builder.second_stage_platform)
+        classifier.update(platform_context(options))
     return {"crop": ("crop.pbtxt.j2", crop), "classifier": ("classifier.pbtxt.j2", classifier)}
 
 

@@ -298,9 +298,6 @@ class BuildOptions:
 
     def _check_second_stage(self) -> None:
         """What a two-stage build (--classifier) supports today; the rest is refused by name."""
-        if self.target != "embedded":
-            raise SpecError(f"--classifier runs the classifier on ONNX Runtime in the embedded Python backend: use "
-                            f"it with --target embedded (not {self.target})")
         if self.normalise_in != "graph":
             raise SpecError("--classifier sends uint8 crops to the classifier graph, which normalises them: drop "
                             "--normalise-in preprocess")

@@ -66,7 +66,6 @@ def test_a_detector_that_is_no_detection_export_is_refused(onnx_dir: Path, tmp_p
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"target": "onnxruntime"}, "use it with --target embedded"),
     ({"normalise_in": "preprocess"}, "drop --normalise-in preprocess"),
 ])
 def test_what_the_second_stage_does_not_serve_yet_is_refused(changes: dict[str, str], message: str) -> None:

@@ -201,20 +201,23 @@ def _add_profiles(
     import tensorrt as trt
 
     inputs = {network.get_input(i).name for i in range(network.num_inputs)}
+    # One optimization profile holding every input's shapes: TensorRT needs each dynamic input in each profile
+    # (a two-stage build's classifier plan has two, the crops and their count).
+    profile = builder.create_optimization_profile()
     for shapes in spec.profiles:
         if shapes.input_name not in inputs:
             raise EngineBuildError(
                 f"profile names input {shapes.input_name!r} but the ONNX inputs are {', '.join(sorted(inputs))}"
             )
-        profile = builder.create_optimization_profile()
         profile.set_shape(
             shapes.input_name,
             trt.Dims(list(shapes.min)),
             trt.Dims(list(shapes.opt)),
             trt.Dims(list(shapes.max)),
         )
-        if config.add_optimization_profile(profile) < 0:
-            raise EngineBuildError(f"TensorRT rejected the optimization profile for {shapes.input_name!r}")
+    if config.add_optimization_profile(profile) < 0:
+        names = ", ".join(repr(shapes.input_name) for shapes in spec.profiles)
+        raise EngineBuildError(f"TensorRT rejected the optimization profile for {names}")
 
 
 def _load_timing_cache(config: trt.IBuilderConfig, path: str | None) -> bool:

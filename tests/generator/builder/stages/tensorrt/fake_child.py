@@ -3,9 +3,9 @@ without TensorRT or a GPU: the only thing the tests replace on the TensorRT path
 
 It speaks the child's command line (``--probe``; ``--spec --report [--timing-cache-dir]``), reads the real
 ``build_spec.json`` with the project's reader, checks its profiles against the real served ONNX on its own
-(as TensorRT's parser and IOptimizationProfile would), and reports the engine I/O TensorRT would: the ONNX
-input with -1 for dynamic dims and the spec's profile, and the output shape ONNX Runtime computes for the
-profile's opt shape. The "plan" it writes is a marker, not an engine.
+(as TensorRT's parser and IOptimizationProfile would: one profile over every input), and reports the engine I/O
+TensorRT would: the ONNX inputs with -1 for dynamic dims and the spec's profile, and the output shapes ONNX Runtime
+computes for the profile's opt shapes. The "plan" it writes is a marker, not an engine.
 
 Environment knobs for failure tests: FAKE_TRT_VERSION (default 10.3.0.26), FAKE_CHILD_FAIL (exit 1 with a
 TensorRT-like error), FAKE_CHILD_OUTPUT_DTYPE (report the output in another TensorRT type).
@@ -19,6 +19,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -27,8 +28,9 @@ import onnxruntime as ort
 from generator.builder.stages.tensorrt.builder import read_spec
 
 GPU = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
-TRT_TYPES = {onnx.TensorProto.FLOAT: "FLOAT", onnx.TensorProto.FLOAT16: "HALF", onnx.TensorProto.UINT8: "UINT8"}
-NUMPY = {"FLOAT": np.float32, "HALF": np.float16, "UINT8": np.uint8}
+TRT_TYPES: dict[int, str] = {onnx.TensorProto.FLOAT: "FLOAT", onnx.TensorProto.FLOAT16: "HALF", onnx.TensorProto.UINT8: "UINT8",
+             onnx.TensorProto.INT32: "INT32"}
+NUMPY: dict[str, Any] = {"FLOAT": np.float32, "HALF": np.float16, "UINT8": np.uint8, "INT32": np.int32}
 PLAN_MAGIC = b"FAKE-TENSORRT-PLAN\n"
 
 
@@ -54,40 +56,55 @@ def dims(value: onnx.ValueInfoProto) -> list[int]:
             for d in value.type.tensor_type.shape.dim]
 
 
+def profile_problem(inputs: dict[str, onnx.ValueInfoProto], profiles: dict[str, Any]) -> str | None:
+    """Why TensorRT would refuse the one optimization profile for these inputs (None: it fits)."""
+    if set(profiles) != set(inputs):
+        return f"profile names input(s) {sorted(profiles)} but the ONNX inputs are {', '.join(sorted(inputs))}"
+    for name, graph_input in inputs.items():
+        shape, profile = dims(graph_input), profiles[name]
+        if len(shape) != len(profile.min):
+            return f"profile rank {len(profile.min)} does not match input rank {len(shape)}"
+        for axis, dim in enumerate(shape):
+            if dim != -1 and {profile.min[axis], profile.opt[axis], profile.max[axis]} != {dim}:
+                return f"profile dim {axis} does not match the fixed ONNX dim {dim}"
+    return None
+
+
+def engine_tensors(model: onnx.ModelProto, inputs: dict[str, onnx.ValueInfoProto], profiles: dict[str, Any],
+                   onnx_path: str) -> list[dict[str, Any]]:
+    """Every I/O tensor as TensorRT reports it: inputs with their profile, outputs at the opt shapes' run."""
+    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    feeds = {name: np.zeros(profiles[name].opt, NUMPY[TRT_TYPES[v.type.tensor_type.elem_type]])
+             for name, v in inputs.items()}
+    outs = session.run(None, feeds)
+    dynamic = any(dims(v)[0] == -1 for v in inputs.values())
+    tensors = [{"name": name, "dtype": TRT_TYPES[v.type.tensor_type.elem_type], "shape": dims(v), "is_input": True,
+                "profile": [list(profiles[name].min), list(profiles[name].opt), list(profiles[name].max)]}
+               for name, v in inputs.items()]
+    for graph_output, out in zip(model.graph.output, outs, strict=True):
+        dtype = os.environ.get("FAKE_CHILD_OUTPUT_DTYPE") or TRT_TYPES[graph_output.type.tensor_type.elem_type]
+        tensors.append({"name": graph_output.name, "dtype": dtype, "is_input": False,
+                        "shape": [-1 if dynamic else out.shape[0], *out.shape[1:]]})
+    return tensors
+
+
 def build(spec_path: Path, report_path: Path) -> int:
     spec = read_spec(spec_path)
     model = onnx.load(spec.onnx_path)
     initializers = {i.name for i in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in initializers]
-    (profile,) = spec.profiles
-    (graph_input,) = inputs
-    if profile.input_name != graph_input.name:
-        return fail(f"profile names input {profile.input_name!r} but the ONNX inputs are {graph_input.name}")
-    shape = dims(graph_input)
-    if len(shape) != len(profile.min):
-        return fail(f"profile rank {len(profile.min)} does not match input rank {len(shape)}")
-    for axis, dim in enumerate(shape):
-        if dim != -1 and {profile.min[axis], profile.opt[axis], profile.max[axis]} != {dim}:
-            return fail(f"profile dim {axis} does not match the fixed ONNX dim {dim}")
+    inputs = {v.name: v for v in model.graph.input if v.name not in initializers}
+    profiles = {p.input_name: p for p in spec.profiles}  # one optimization profile over every input
+    if problem := profile_problem(inputs, profiles):
+        return fail(problem)
     if os.environ.get("FAKE_CHILD_FAIL"):
         return fail("TensorRT failed to build the plan (FAKE_CHILD_FAIL)")
-    input_type = TRT_TYPES[graph_input.type.tensor_type.elem_type]
-    (graph_output,) = model.graph.output
-    session = ort.InferenceSession(spec.onnx_path, providers=["CPUExecutionProvider"])
-    (out,) = session.run(None, {graph_input.name: np.zeros(profile.opt, NUMPY[input_type])})
-    output_shape = [-1 if shape[0] == -1 else out.shape[0], *out.shape[1:]]
-    output_type = os.environ.get("FAKE_CHILD_OUTPUT_DTYPE") or TRT_TYPES[graph_output.type.tensor_type.elem_type]
+    tensors = engine_tensors(model, inputs, profiles, spec.onnx_path)
     onnx_bytes = Path(spec.onnx_path).read_bytes()
     plan = PLAN_MAGIC + hashlib.sha256(onnx_bytes).hexdigest().encode()
     Path(spec.plan_path).write_bytes(plan)
     machine = facts()
     report = {
-        "plan_path": spec.plan_path, "plan_bytes": len(plan),
-        "tensors": [
-            {"name": graph_input.name, "dtype": input_type, "shape": shape, "is_input": True,
-             "profile": [list(profile.min), list(profile.opt), list(profile.max)]},
-            {"name": graph_output.name, "dtype": output_type, "shape": output_shape, "is_input": False},
-        ],
+        "plan_path": spec.plan_path, "plan_bytes": len(plan), "tensors": tensors,
         "tensorrt_version": machine["tensorrt_version"], "build_seconds": 0.5,
         "timing_cache_path": spec.timing_cache_path, "timing_cache_hit": False,
         "gpu_name": GPU["name"], "compute_capability": GPU["compute_capability"],
