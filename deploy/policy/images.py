@@ -88,9 +88,9 @@ def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str
         problems.append(f"{name}: pip install at container start; install at image build time")
     if image.startswith("triton") and f"COPY generator/server/watchdog.py {commands.WATCHDOG_PATH}" not in text:
         problems.append(f"{name}: must copy generator/server/watchdog.py to {commands.WATCHDOG_PATH} (probes)")
-    if image == "triton-cpu" and "-m generator serve --prepare --stub-env cpu" not in text:
+    if image == "triton-cpu" and "-m generator.server.prepare --stub-env cpu" not in text:
         problems.append(f"{name}: must prepare the pinned server and the locked stub environment with "
-                        "`generator serve --prepare --stub-env cpu` at image build time")
+                        "`python -m generator.server.prepare --stub-env cpu` at image build time")
     if image.startswith("builder") and "-m generator build --prepare" not in text:
         problems.append(f"{name}: must prepare Triton 2.51's config schema at image build time (the builder "
                         "runs with no network)")
