@@ -16,7 +16,7 @@ from generator.server.ports import free_port
 from loadtest.closed_loop import client_factory
 from loadtest.errors import LoadTestError
 from loadtest.images import synthetic_images
-from loadtest.trace_steps import STEP_PARTS, decompose, read_traces, trace_flags, traced
+from loadtest.trace_steps import STEP_PARTS, decompose, read_traces, read_window, trace_flags, traced
 
 pytestmark = pytest.mark.integration
 STEPS = ["yolo_preprocess", "yolo_detector", "yolo_nms"]
@@ -43,7 +43,9 @@ def test_a_traced_window_splits_each_request_into_its_steps(server: tuple[Embedd
     _send(running, 2)  # tracing is off: these are not traced
     with traced(running.http_url, trace_file) as window:
         _send(running, 5)
-    found = decompose(read_traces(trace_file), (window[0], window[1]), "yolo")
+    # read_window, as the breakdown reads: Triton writes a request's trace when its last reference goes, which
+    # can be after the setting is retired, and flushes the file in buffer-sized pieces.
+    found = decompose(read_window(trace_file, (window[0], window[1]), 5), (window[0], window[1]), "yolo")
     assert found["requests"] == 5 and found["model"] == "yolo" and found["steps"] == STEPS
     for step in STEPS:
         parts = found["steps_ms"][step]
@@ -62,9 +64,11 @@ def test_each_window_counts_only_its_own_requests(server: tuple[EmbeddedServer, 
     _send(running, 3)  # between the windows: off again
     with traced(running.http_url, trace_file) as second:
         _send(running, 3)
+    # Each window waits for its own whole traces (read_window), then counts exactly those: more would mean
+    # the requests between the windows, traced while tracing was off, leaked into one.
+    assert decompose(read_window(trace_file, (first[0], first[1]), 2), (first[0], first[1]), "yolo")["requests"] == 2
+    assert decompose(read_window(trace_file, (second[0], second[1]), 3), (second[0], second[1]), "yolo")["requests"] == 3
     tops = read_traces(trace_file)
-    assert decompose(tops, (first[0], first[1]), "yolo")["requests"] == 2
-    assert decompose(tops, (second[0], second[1]), "yolo")["requests"] == 3
     with pytest.raises(LoadTestError, match="no traced request in the window"):
         decompose(tops, (second[1] + 1, second[1] + 2), "yolo")
 
@@ -77,3 +81,13 @@ def test_a_file_triton_is_still_writing_reads_up_to_its_last_whole_entry(tmp_pat
                     '{"id":1,"timestamps":[{"name":"REQUEST_START","ns":5}]},{"id":2,"timesta')
     (top,) = read_traces(torn, wait_s=0)
     assert top.model == "yolo" and top.stamps == {"REQUEST_START": 5}
+
+
+def test_an_open_file_that_ends_on_a_whole_entry_gives_that_entry_too(tmp_path: Path) -> None:
+    # Cutting at the last separator withheld the newest entry (often a request's REQUEST_START) until the next
+    # window wrote more: the window then counted one request fewer.
+    open_file = tmp_path / "trace.json"
+    open_file.write_text('[{"id":1,"model_name":"yolo","model_version":1},'
+                         '{"id":1,"timestamps":[{"name":"REQUEST_START","ns":5}]},')
+    (top,) = read_traces(open_file, wait_s=0)
+    assert top.stamps == {"REQUEST_START": 5}
