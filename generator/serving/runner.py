@@ -43,6 +43,12 @@ def session_threads(requested: int, instances: int) -> int:
     return cores if requested < 0 else max(1, cores // max(1, instances))
 
 
+def step_session_threads(config: dict[str, Any], params: dict[str, str]) -> int:
+    """``session_threads`` of a model step: its ``intra_op_threads`` parameter, its config's instance count."""
+    instances = sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or 1
+    return session_threads(int(params["intra_op_threads"]), instances)
+
+
 def chunks(size: int, static_batch: int | None) -> list[tuple[int, int]]:
     """(start, stop) of each run over a batch of ``size``: one run, or runs of the static batch size."""
     if static_batch is None or static_batch == size:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from ensemble_common import failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.contract import BOX_CLASSES, BOX_SCORES, CROP_COUNT, CROPS, TOP_CLASSES, TOP_SCORES
-from ensemble_pipeline.runner import OnnxRunner, session_threads
+from ensemble_pipeline.runner import OnnxRunner, step_session_threads
 from ensemble_pipeline.tasks import top_classes
 
 
@@ -22,8 +22,7 @@ class TritonPythonModel:
         params = parameters(args)
         config = json.loads(args["model_config"])
         path = Path(args["model_repository"]) / args["model_version"] / params["onnx_file"]
-        instances = sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or 1
-        self.runner = OnnxRunner(str(path), session_threads(int(params["intra_op_threads"]), instances))
+        self.runner = OnnxRunner(str(path), step_session_threads(config, params))
         self.top_k = int(params["top_k"])
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -24,7 +24,7 @@ from ensemble_pipeline.provider_check import (
     MIN_AGREEMENT_PARAMETER,
     check_provider,
 )
-from ensemble_pipeline.runner import OnnxRunner, batch_buckets, served_item, session_threads
+from ensemble_pipeline.runner import OnnxRunner, batch_buckets, served_item, step_session_threads
 
 
 class TritonPythonModel:
@@ -32,8 +32,7 @@ class TritonPythonModel:
         params = parameters(args)
         config = json.loads(args["model_config"])
         path = Path(args["model_repository"]) / args["model_version"] / params["onnx_file"]
-        instances = sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or 1
-        threads = session_threads(int(params["intra_op_threads"]), instances)
+        threads = step_session_threads(config, params)
         self.device_id: int | None = None
         cuda = None
         if params.get(DEVICE_PARAMETER) == "gpu":

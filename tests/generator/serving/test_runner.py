@@ -65,6 +65,18 @@ def test_session_threads_share_the_host_between_instances(monkeypatch: pytest.Mo
     assert session_threads(-1, 2) == 16  # the default two CPU instances: every core each
 
 
+def test_a_steps_threads_count_every_instance_group_of_its_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from generator.serving.runner import step_session_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    groups = {"instance_group": [{"count": 1, "kind": "KIND_CPU"}, {"count": 3, "kind": "KIND_CPU"}]}
+    assert step_session_threads(groups, {"intra_op_threads": "0"}) == 4  # 16 cores over 4 instances
+    assert step_session_threads({}, {"intra_op_threads": "0"}) == 16  # no group: one instance
+    assert step_session_threads(groups, {"intra_op_threads": "2"}) == 2
+
+
 def test_chunks_cover_the_batch_in_static_steps() -> None:
     from generator.serving.runner import chunks
 
