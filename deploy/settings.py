@@ -27,6 +27,7 @@ from generator.builder.spec.options import (
     SpecError,
     Target,
 )
+from generator.server.cuda_pool import DEFAULT_MIB as CUDA_POOL_MIB
 
 # The admin API groups restricted on both protocols: one list, also used by `python -m generator serve`.
 from generator.server.embedded import TRITON_VERSION
@@ -180,9 +181,9 @@ class Settings:
     # `generator build --nms-in-graph`: NMS inside the detector graph (TensorRT runs it on the GPU).
     nms_in_graph: bool = _generator_default("nms_in_graph")
     # preprocess_device=gpu: Triton's CUDA memory pool per GPU holds the images between the steps
-    # (--cuda-memory-pool-byte-size; 64 MiB by default, which a few 640x640 batches in flight fill; the H200
-    # proof ran with 2 GiB). A pool that runs out falls back to host memory: slower, still correct.
-    cuda_pool_mib: int = 2048
+    # (--cuda-memory-pool-byte-size; Triton's 64 MiB fills at a few 640x640 batches in flight). A tensor that
+    # finds the pool full travels with a CUDA IPC handle of its own: slower, still correct (cuda_pool.py).
+    cuda_pool_mib: int = CUDA_POOL_MIB
 
     # --- network ------------------------------------------------------------------------------
     # Triton's own ports: bound on 127.0.0.1 inside the proxy's network namespace (compose) or pod

@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 
 from generator.errors import ServerError
+from generator.server.cuda_pool import DEFAULT_MIB, TRITON_DEFAULT_MIB, serve_pool_args
 from generator.server.embedded import TRITON_VERSION, EmbeddedServer
 from generator.server.environments import STUB_ENVIRONMENTS, LockedEnvironment, stub_environment_for
 from generator.server.hardening import AdminAccess
@@ -56,6 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stub-env", choices=["auto", *STUB_ENVIRONMENTS], default="auto",
                         help="the locked environment the Python-backend models run in (numpy 1.x, made under the "
                              "server cache on first use); auto: gpu when a Python model has KIND_GPU instances")
+    parser.add_argument("--cuda-pool-mib", type=int, default=None, metavar="MIB",
+                        help="Triton's CUDA memory pool per GPU, where a GPU preprocess's images wait for the "
+                             f"detector (default: {DEFAULT_MIB} when a Python model has KIND_GPU instances; 0: "
+                             f"Triton's own {TRITON_DEFAULT_MIB} MiB, which a peak's images overflow into slower "
+                             "per-tensor hand-offs)")
     parser.add_argument("--prepare", action="store_true",
                         help="only fetch the server and make the stub environment, then exit (for images, offline use)")
     parser.add_argument("--from-archive", type=Path, metavar="FILE",
@@ -135,12 +141,15 @@ def run(args: argparse.Namespace) -> int:
                              restart_grace_s=args.restart_grace_s)
     except ValueError as exc:
         raise ServerError(f"watchdog settings: {exc}") from None
+    if args.cuda_pool_mib is not None and args.cuda_pool_mib < 0:
+        raise ServerError(f"--cuda-pool-mib cannot be negative, got {args.cuda_pool_mib}")
     # Imported here: --prepare (--from-archive) runs on a bare offline Python with the standard library alone.
     from generator.operate.serve import ServeSettings, serve
 
     settings = ServeSettings(repositories, stub, args.http_port, args.grpc_port, args.metrics_port, policy,
                              args.drain_timeout_s, args.watchdog_metrics_port, tuple(trace_args(args)),
-                             explicit=args.model_control == "explicit")
+                             explicit=args.model_control == "explicit",
+                             cuda_pool=tuple(serve_pool_args(repositories, args.cuda_pool_mib)))
     code = serve(settings, _announce)
     print(f"Triton stopped (exit code {code}).", flush=True)
     return 0

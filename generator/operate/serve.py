@@ -88,6 +88,7 @@ class ServeSettings:
     watchdog_metrics_port: int | None = 0  # 0: no watchdog metrics endpoint; None: derived (watchdog_port)
     trace: tuple[str, ...] = ()  # Triton's trace flags (trace_flags)
     explicit: bool = False  # --model-control explicit
+    cuda_pool: tuple[str, ...] = ()  # Triton's CUDA memory pool flags (cuda_pool.serve_pool_args)
 
     def __post_init__(self) -> None:
         missing = [str(r) for r in self.repositories if not r.is_dir()]
@@ -113,7 +114,7 @@ def make_server(settings: ServeSettings, admin: AdminAccess, probed: list[str]) 
     first, *more = settings.repositories
     return EmbeddedServer(
         first, settings.http_port, settings.grpc_port, settings.metrics_port,
-        extra_args=(*(f"--model-repository={r.resolve()}" for r in more), *settings.trace,
+        extra_args=(*(f"--model-repository={r.resolve()}" for r in more), *settings.trace, *settings.cuda_pool,
                     # The latency quantiles per model and version that `generator rollout` compares.
                     *(["--metrics-config=summary_latencies=true"] if settings.explicit else [])),
         admin=admin, exit_timeout_s=settings.drain_timeout_s,

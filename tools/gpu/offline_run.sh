@@ -70,6 +70,13 @@ build_repos() {  # the repositories the run serves (REPOS, default: demo and y11
   done
 }
 
+repos() {  # rebuild only the served repositories of an earlier `prepare` (its archive parts stay as they are)
+  ls -d "$W"/p[0-9][0-9] > /dev/null 2>&1 || { echo "error: no parts in $W: run prepare first"; return 1; }
+  rm -rf "$W/data" && mkdir -p "$W/data" && build_repos || { echo "error: building the repositories failed"; return 1; }
+  rm -rf "$W/calib" "$W/y11.onnx"
+  plan "$(tree_bytes)" "?"
+}
+
 tree_bytes() {  # what every call carries besides its parts: tracked and untracked-not-ignored files
   git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}'
 }
@@ -213,7 +220,8 @@ serve_start() {  # serve_start NAME REPOSITORY...: generator serve in the backgr
   local name=$1; shift
   local args=() r
   for r in "$@"; do args+=(--model-repository "$T/data/$r"); done
-  "$RT" -m generator serve "${args[@]}" --watchdog-metrics-port 8003 > "$T/logs/$name.log" 2>&1 &
+  # shellcheck disable=SC2086  # SERVE_ARGS: more words for generator serve (--cuda-pool-mib 0)
+  "$RT" -m generator serve "${args[@]}" ${SERVE_ARGS:-} --watchdog-metrics-port 8003 > "$T/logs/$name.log" 2>&1 &
   SERVER=$!
   local i
   for i in $(seq 240); do
@@ -361,6 +369,31 @@ bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 i
   bundle bound
 }
 
+pool() {  # issue 35: Triton's CUDA memory pool between the GPU steps. y11 served with Triton's own 64 MiB
+  # (--cuda-pool-mib 0) and with generator serve's default, in the order 0, default, default, 0 (a drift cancels),
+  # at LEVELS in flight, the engine alone last, the GPU series scraped throughout
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
+  [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
+  runtime || return 3
+  local levels=${LEVELS:-64,128,256} dur=6 batches=8,32 label order=(0 default default 0) i=0 mib
+  [ "$DRY" = 1 ] && { levels=${LEVELS:-1,4}; dur=2; batches=1,4; }
+  scrape_gpu
+  for mib in "${order[@]}"; do
+    i=$((i + 1)); label="y11-pool-$mib-r$i"
+    SERVE_ARGS=$([ "$mib" = 0 ] && echo "--cuda-pool-mib 0") serve_start "serve-$label" y11 || { rm -f "$T/scraping"; bundle pool; return 4; }
+    grep -h "cuda_memory_pool_byte_size\|falling back to pinned" "$T/logs/serve-$label.log" | head -n 3
+    step "bench-$label" 150 "$RT" -m loadtest bench --url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 \
+      --concurrency "$levels" --duration $dur --paired-rounds 0 --crosscheck-concurrency 0 \
+      --results-dir "$OUT/bench" --model y11 --label "$label"
+    grep -c "falling back to pinned" "$T/logs/serve-$label.log" | sed "s/^/$label: pinned-memory fallback warnings: /" | tee -a "$OUT/steps.txt"
+    serve_stop
+  done
+  step engine-y11 150 "$RT" -m loadtest engine --repository "$T/data/y11" --model y11 --batches $batches \
+    --seconds 2 --out "$OUT/engine-y11.json"
+  rm -f "$T/scraping"
+  bundle pool
+}
+
 bundle() {  # bundle NAME: $OUT keeps the summary and one tar of everything else (8 files at most come back)
   "$RT" tools/gpu/offline_summary.py "$OUT" "$T/logs" > "$T/summary.md" 2>&1
   cat "$T/summary.md"
@@ -379,6 +412,8 @@ case "${1:-}" in
   versus) versus ;;
   bound) bound ;;
   probe) probe ;;
+  pool) pool ;;
   plan) plan "$(tree_bytes)" "?" ;;
-  *) echo "usage: $0 prepare | plan | keep | install | main | more | versus | bound | probe"; exit 2 ;;
+  repos) repos ;;
+  *) echo "usage: $0 prepare | repos | plan | keep | install | main | more | versus | bound | probe | pool"; exit 2 ;;
 esac

@@ -64,20 +64,52 @@ def engine_lines(out: Path) -> list[str]:
     return lines
 
 
-def served_against_engine(out: Path) -> list[str]:
+STEPS = ("preprocess", "detector", "nms")
+STEP_TIMES = ("queue_us", "compute_input_us", "compute_infer_us", "compute_output_us")
+
+
+def step_lines(out: Path) -> list[str]:
+    """Triton's statistics per step at each bench's best level: where a request's time goes, step by step (ms
+    per request; a batched execution's time counts for every request in it)."""
     lines = []
-    for model in ("y11", "demo"):
-        bench = next((d for d in map(_load, (out / "bench").glob(f"*-{model}.json")) if d), None)
+    for path in sorted((out / "bench").glob("*.json")):
+        data = _load(path)
+        cells = (data or {}).get("ensemble") or []
+        if not cells:
+            continue
+        best = max(cells, key=lambda c: c["point"]["throughput_rps"])
+        model = (data.get("settings") or {}).get("model", data.get("label"))
+        lines += [f"### {data.get('label')}: per step at {best['concurrency']} in flight "
+                  f"({best['point']['throughput_rps']} img/s), ms per request", "",
+                  "| step | batch | queue | input | compute | output | whole request |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for step in (model, *(f"{model}_{name}" for name in STEPS)):
+            stats = best.get("stages", {}).get(step)
+            if not stats:
+                continue
+            times = " | ".join(f"{(stats.get(key) or 0) / 1000:.2f}" for key in STEP_TIMES)
+            lines.append(f"| {step} | {stats.get('avg_batch', '-')} | {times} | {(stats.get('request_us') or 0) / 1000:.2f} |")
+        lines.append("")
+    return lines
+
+
+def served_against_engine(out: Path) -> list[str]:
+    """Each bench's best images/s against the engine alone for its model at the largest batch (GPU in/out)."""
+    lines = []
+    for path in sorted((out / "bench").glob("*.json")):
+        bench = _load(path)
+        if not bench or not bench.get("ensemble"):
+            continue
+        model = (bench.get("settings") or {}).get("model", bench.get("label"))
         engine = _load(out / f"engine-{model}.json")
-        if not bench or not engine or not bench.get("ensemble"):
+        if not engine:
             continue
         best = max(c["point"]["throughput_rps"] for c in bench["ensemble"])
         rows = engine.get("batches", {})
         top = rows.get(max(rows, key=int)) if rows else {}
         ceiling = (top.get("engine_device") or top.get("engine_host") or {}).get("images_per_s")
         if ceiling:
-            lines.append(f"- {model}: served {best} img/s at best = {best / ceiling:.0%} of the engine alone at batch "
-                         f"{max(rows, key=int)} ({ceiling} img/s)")
+            lines.append(f"- {bench.get('label')}: served {best} img/s at best = {best / ceiling:.0%} of the engine "
+                         f"alone at batch {max(rows, key=int)} ({ceiling} img/s)")
     return lines
 
 
@@ -114,7 +146,7 @@ def main(argv: list[str]) -> int:
     for text in (out / "install.txt", out / "int8-load.txt"):
         if text.is_file():
             print(f"{text.name}:\n```\n{text.read_text().strip()[:3000]}\n```\n")
-    print("\n".join(bench_lines(out) + engine_lines(out) + served_against_engine(out)))
+    print("\n".join(bench_lines(out) + step_lines(out) + engine_lines(out) + served_against_engine(out)))
     locust = _load(out / "locust-y11.json")
     if locust:
         c, h = locust["client"], locust["health"]
