@@ -181,8 +181,8 @@ class Settings:
     # `generator build --nms-in-graph`: NMS inside the detector graph (TensorRT runs it on the GPU).
     nms_in_graph: bool = _generator_default("nms_in_graph")
     # preprocess_device=gpu: Triton's CUDA memory pool per GPU holds the images between the steps
-    # (--cuda-memory-pool-byte-size; Triton's 64 MiB fills at a few 640x640 batches in flight). A tensor that
-    # finds the pool full travels with a CUDA IPC handle of its own: slower, still correct (cuda_pool.py).
+    # (--cuda-memory-pool-byte-size; Triton's 64 MiB fills at a few 640x640 batches in flight, and an image that
+    # misses it is never handed to the detector while its request succeeds: generator/server/cuda_pool.py).
     cuda_pool_mib: int = CUDA_POOL_MIB
 
     # --- network ------------------------------------------------------------------------------

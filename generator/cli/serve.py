@@ -60,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-pool-mib", type=int, default=None, metavar="MIB",
                         help="Triton's CUDA memory pool per GPU, where a GPU preprocess's images wait for the "
                              f"detector (default: {DEFAULT_MIB} when a Python model has KIND_GPU instances; 0: "
-                             f"Triton's own {TRITON_DEFAULT_MIB} MiB, which a peak's images overflow into slower "
-                             "per-tensor hand-offs)")
+                             f"Triton's own {TRITON_DEFAULT_MIB} MiB, which overflows under load: images that miss "
+                             "it are logged as failed GPU hand-offs while their requests still succeed)")
     parser.add_argument("--prepare", action="store_true",
                         help="only fetch the server and make the stub environment, then exit (for images, offline use)")
     parser.add_argument("--from-archive", type=Path, metavar="FILE",

@@ -2,12 +2,16 @@
 
 Between two Python-backend steps on the GPU (the GPU preprocess, then the detector) every image is an intermediate
 tensor that Triton allocates from this pool. When the pool is full, Triton core allocates it in pinned host memory
-instead (``AllocatedMemory`` in core's ``memory.cc``, which logs once "Failed to allocate CUDA memory ... falling back
-to pinned system memory"): each image then goes to the host and back between the steps, and a tensor outside the pool
-reaches a stub through a CUDA IPC handle of its own (python_backend's ``GetInputTensor``). Triton's default pool is 64
-MiB per GPU, 53 letterboxed 640x640 images, fewer than a busy server holds in flight: the H200 run of 2026-12-03
-logged that fallback (docs/results/gpu/2026-12-03-h200-bound/logs). ``generator serve`` and the deploy stack both
-give it ``DEFAULT_MIB`` when a Python step runs on the GPU.
+instead (``AllocatedMemory`` in core's ``memory.cc``: "Failed to allocate CUDA memory ... falling back to pinned
+system memory"), and the Python backend then cannot hand the preprocess's GPU output over: its stub logs "An error
+occurred while trying to load GPU buffers in the Python backend stub: failed to copy data: invalid argument" for the
+response and goes on (``Stub::LoadGPUBuffers`` only logs it), so the request still succeeds although its image was
+never copied. Triton's default pool is 64 MiB per GPU, 53 letterboxed 640x640 images: measured on the lent H100
+(docs/PERFORMANCE.md, "The CUDA memory pool"), yolo11n at 64-256 requests in flight logged that failure 1,527 and 1,798
+times in two 20 s runs with 64 MiB and never with ``DEFAULT_MIB``. ``generator serve`` and the deploy stack both give
+the pool ``DEFAULT_MIB`` when a Python step runs on the GPU; it holds what the default build's queues can hold (about
+50 images between the steps, 2.4 MB each with the detector's copy) many times over, not what a build with a queue
+budget of seconds at peak can (``--max-queue-ms``): raise ``--cuda-pool-mib`` with it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 from generator.server.environments import STUB_GPU, stub_environment_for
 from generator.server.gpu_metrics import import_nvml
 
-DEFAULT_MIB = 2048  # per GPU; 1,700 images of 640x640 (uint8), measured on the lent H100 (docs/PERFORMANCE.md)
+DEFAULT_MIB = 2048  # per GPU: about 1,700 letterboxed 640x640 images
 TRITON_DEFAULT_MIB = 64  # what Triton 2.51 takes without the flag
 
 
