@@ -394,6 +394,25 @@ pool() {  # issue 35: Triton's CUDA memory pool between the GPU steps. y11 serve
   bundle pool
 }
 
+handoff() {  # issue 35: does every request get its own image's detections at peak? y11 with Triton's 64 MiB pool
+  # (--cuda-pool-mib 0), then with generator serve's default: tools/gpu/handoff_check.py against each
+  mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
+  [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
+  runtime || return 3
+  local mib label model=${MODEL:-y11} concurrency=256 seconds=8
+  [ "$DRY" = 1 ] && { concurrency=8; seconds=3; }
+  for mib in 0 default; do
+    label="handoff-pool-$mib"
+    SERVE_ARGS=$([ "$mib" = 0 ] && echo "--cuda-pool-mib 0") serve_start "serve-$label" "$model" || { bundle handoff; return 4; }
+    step "$label" 120 "$RT" -m tools.gpu.handoff_check --url 127.0.0.1:8001 --model "$model" \
+      --concurrency $concurrency --seconds $seconds --out "$OUT/$label.json"
+    tail -n 1 "$T/logs/$label.log" | tee -a "$OUT/steps.txt"
+    grep -c "load GPU buffers" "$T/logs/serve-$label.log" | sed "s/^/$label: failed GPU hand-offs logged: /" | tee -a "$OUT/steps.txt"
+    serve_stop
+  done
+  bundle handoff
+}
+
 bundle() {  # bundle NAME: $OUT keeps the summary and one tar of everything else (8 files at most come back)
   "$RT" tools/gpu/offline_summary.py "$OUT" "$T/logs" > "$T/summary.md" 2>&1
   cat "$T/summary.md"
@@ -413,7 +432,8 @@ case "${1:-}" in
   bound) bound ;;
   probe) probe ;;
   pool) pool ;;
+  handoff) handoff ;;
   plan) plan "$(tree_bytes)" "?" ;;
   repos) repos ;;
-  *) echo "usage: $0 prepare | repos | plan | keep | install | main | more | versus | bound | probe | pool"; exit 2 ;;
+  *) echo "usage: $0 prepare | repos | plan | keep | install | main | more | versus | bound | probe | pool | handoff"; exit 2 ;;
 esac
