@@ -20,6 +20,7 @@ from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
 from generator.errors import ServerError
 from generator.evaluation.reference import ReferencePipeline
+from generator.server.cuda_pool import serve_pool_args
 from generator.server.embedded import EmbeddedServer
 from generator.server.ports import free_port
 from generator.serving.gpu.environment import detector_problems, manifest_problems
@@ -59,7 +60,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     if not GPU_PREPROCESS_MISSING:
         build_repository(DEMO_ONNX, root / "gpu_pre", BuildOptions(name="gpu_all", device="gpu",
                                                                    preprocess_device="gpu"))
-        extra = (f"--model-repository={root / 'gpu_pre'}",)
+        # Triton's CUDA memory pool as generator serve sizes it for a GPU preprocess (cuda_pool.py)
+        extra = (f"--model-repository={root / 'gpu_pre'}", *serve_pool_args([root / "gpu_pre"]))
     with EmbeddedServer(root / "cpu_pre", free_port(), free_port(), free_port(), log_file=root / "log",
                         extra_args=extra) as running:
         yield running

@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 from generator.builder.pipeline import build_repository
 from generator.builder.spec.options import BuildOptions
 from generator.demo import DEMO_ONNX
+from generator.server.cuda_pool import serve_pool_args
 from generator.server.embedded import EmbeddedServer
 from generator.server.ports import free_port
 from generator.serving.gpu.environment import manifest_problems
@@ -32,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     build_repository(DEMO_ONNX, root / "cpu", BuildOptions(name="yolo_cpu"))
     build_repository(DEMO_ONNX, root / "gpu", BuildOptions(name="yolo_gpu", preprocess_device="gpu"))
     with EmbeddedServer(root / "cpu", free_port(), free_port(), free_port(), log_file=root / "log",
-                        extra_args=(f"--model-repository={root / 'gpu'}",)) as running:
+                        extra_args=(f"--model-repository={root / 'gpu'}", *serve_pool_args([root / "gpu"]))) as running:
         yield running
 
 
