@@ -101,6 +101,13 @@ def trace_args(args: argparse.Namespace) -> list[str]:
     return trace_flags(args.trace_otlp, args.trace_rate)
 
 
+def pool_args(args: argparse.Namespace, repositories: list[Path]) -> list[str]:
+    """Triton's CUDA memory pool flags for ``--cuda-pool-mib`` (none where no Python step runs on the GPU)."""
+    if args.cuda_pool_mib is not None and args.cuda_pool_mib < 0:
+        raise ServerError(f"--cuda-pool-mib cannot be negative, got {args.cuda_pool_mib}")
+    return serve_pool_args(repositories, args.cuda_pool_mib)
+
+
 def _prepare(stub: LockedEnvironment, repository: Path) -> int:
     server = EmbeddedServer(repository, stub=stub)
     install, environment = server.prepare()
@@ -141,15 +148,13 @@ def run(args: argparse.Namespace) -> int:
                              restart_grace_s=args.restart_grace_s)
     except ValueError as exc:
         raise ServerError(f"watchdog settings: {exc}") from None
-    if args.cuda_pool_mib is not None and args.cuda_pool_mib < 0:
-        raise ServerError(f"--cuda-pool-mib cannot be negative, got {args.cuda_pool_mib}")
     # Imported here: --prepare (--from-archive) runs on a bare offline Python with the standard library alone.
     from generator.operate.serve import ServeSettings, serve
 
     settings = ServeSettings(repositories, stub, args.http_port, args.grpc_port, args.metrics_port, policy,
                              args.drain_timeout_s, args.watchdog_metrics_port, tuple(trace_args(args)),
                              explicit=args.model_control == "explicit",
-                             cuda_pool=tuple(serve_pool_args(repositories, args.cuda_pool_mib)))
+                             cuda_pool=tuple(pool_args(args, repositories)))
     code = serve(settings, _announce)
     print(f"Triton stopped (exit code {code}).", flush=True)
     return 0
