@@ -369,6 +369,14 @@ bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 i
   bundle bound
 }
 
+serve_pool() {  # serve_pool NAME MIB MODEL: generator serve with --cuda-pool-mib MIB ("default": the flag left out)
+  SERVE_ARGS=$([ "$2" = default ] || echo "--cuda-pool-mib $2") serve_start "$1" "$3"
+}
+
+handoffs_logged() {  # handoffs_logged NAME: the stub's failed GPU hand-offs in that server's log, noted in steps.txt
+  grep -c "load GPU buffers" "$T/logs/$1.log" | sed "s/^/$1: failed GPU hand-offs logged: /" | tee -a "$OUT/steps.txt"
+}
+
 pool() {  # issue 35: Triton's CUDA memory pool between the GPU steps. y11 served with Triton's own 64 MiB
   # (--cuda-pool-mib 0) and with generator serve's default, in the order 0, default, default, 0 (a drift cancels),
   # at LEVELS in flight, the engine alone last, the GPU series scraped throughout
@@ -380,12 +388,12 @@ pool() {  # issue 35: Triton's CUDA memory pool between the GPU steps. y11 serve
   scrape_gpu
   for mib in "${order[@]}"; do
     i=$((i + 1)); label="y11-pool-$mib-r$i"
-    SERVE_ARGS=$([ "$mib" = 0 ] && echo "--cuda-pool-mib 0") serve_start "serve-$label" y11 || { rm -f "$T/scraping"; bundle pool; return 4; }
+    serve_pool "serve-$label" "$mib" y11 || { rm -f "$T/scraping"; bundle pool; return 4; }
     grep -h "cuda_memory_pool_byte_size\|falling back to pinned" "$T/logs/serve-$label.log" | head -n 3
     step "bench-$label" 150 "$RT" -m loadtest bench --url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 \
       --concurrency "$levels" --duration $dur --paired-rounds 0 --crosscheck-concurrency 0 \
       --results-dir "$OUT/bench" --model y11 --label "$label"
-    grep -c "falling back to pinned" "$T/logs/serve-$label.log" | sed "s/^/$label: pinned-memory fallback warnings: /" | tee -a "$OUT/steps.txt"
+    handoffs_logged "serve-$label"
     serve_stop
   done
   step engine-y11 150 "$RT" -m loadtest engine --repository "$T/data/y11" --model y11 --batches $batches \
@@ -403,11 +411,11 @@ handoff() {  # issue 35: does every request get its own image's detections at pe
   [ "$DRY" = 1 ] && { concurrency=8; seconds=3; }
   for mib in 0 default; do
     label="handoff-pool-$mib"
-    SERVE_ARGS=$([ "$mib" = 0 ] && echo "--cuda-pool-mib 0") serve_start "serve-$label" "$model" || { bundle handoff; return 4; }
+    serve_pool "serve-$label" "$mib" "$model" || { bundle handoff; return 4; }
     step "$label" 120 "$RT" -m tools.gpu.handoff_check --url 127.0.0.1:8001 --model "$model" \
       --concurrency $concurrency --seconds $seconds --out "$OUT/$label.json"
     tail -n 1 "$T/logs/$label.log" | tee -a "$OUT/steps.txt"
-    grep -c "load GPU buffers" "$T/logs/serve-$label.log" | sed "s/^/$label: failed GPU hand-offs logged: /" | tee -a "$OUT/steps.txt"
+    handoffs_logged "serve-$label"
     serve_stop
   done
   bundle handoff
