@@ -223,14 +223,20 @@ def test_one_grpc_channel_mostly_refused_keeps_its_connection(pod: Pod) -> None:
     limit = _limit(pod)
     sender = Sender(f"localhost:{pod.settings.proxy_grpc_port}", pod.settings.model_name, image, ssl=True,
                     root_certificates=str(pod.ca))
-    outcomes = []
+    bursts = []
     try:
         for _ in range(FLOOD_BURSTS):
-            outcomes += sender.burst(20 * limit)
+            bursts.append(sender.burst(20 * limit))
     finally:
         sender.close()
-    refused = sum(not o.ok for o in outcomes)
+    outcomes = [o for burst in bursts for o in burst]
+    busy = ("StatusCode.RESOURCE_EXHAUSTED", proxy_admission.BUSY_MESSAGE)
+    refused = sum((o.status, o.message) == busy for o in outcomes)
     # Enough refused bytes to trip the guard had they been sent: over 8x the admitted ones plus its 1 MiB slack.
     assert refused * len(image) > 8 * (len(outcomes) - refused) * len(image) + 8 * 2**20, (refused, len(image))
-    assert {(o.status, o.message) for o in outcomes if not o.ok} == {
-        ("StatusCode.RESOURCE_EXHAUSTED", proxy_admission.BUSY_MESSAGE)}
+    # Every admitted request reached Triton and got its answer on the same channel: a lost connection would show as
+    # UNAVAILABLE with gRPC's own message. The client flooding these 2 cores with 20 streams per admitted one (its
+    # TLS, nginx's refusals) can slow a step past the budget; Triton then sheds by its queue timeout, an answer too.
+    shed = ("StatusCode.UNAVAILABLE", f"in ensemble '{pod.settings.model_name}', Request timeout expired")
+    assert {(o.status, o.message) for o in outcomes if not o.ok} <= {busy, shed}
+    assert any(o.ok for o in bursts[-1]), "the channel served nothing after the flood"
