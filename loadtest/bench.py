@@ -25,7 +25,7 @@ from .detector import raw_detector
 from .energy import EnergyMeter, energy_record
 from .images import synthetic_images
 from .machine import machine_info
-from .metrics import settled_deltas, snapshot
+from .metrics import phase_deltas, published_phases, settled_deltas, snapshot
 from .paired import PairedSettings, paired_rounds
 from .provenance import repository_record, triton_version
 from .report import LatencyPoint, point_from_latencies
@@ -56,16 +56,17 @@ def _cell(endpoints: Endpoints, settings: BenchSettings, protocol: str, size: tu
     answers) over exactly that window."""
     url = endpoints.grpc if protocol == "grpc" else endpoints.http
     before: dict[str, Any] = {}
+    models = (settings.model, *(step_model_name(settings.model, s) for s in STEPS))
 
     def scrape_start() -> None:
-        before["snapshot"] = snapshot(endpoints.metrics)  # after the warm-up requests
+        before["phases"] = published_phases(endpoints.metrics, models)  # after the warm-up requests
+        before["snapshot"] = snapshot(endpoints.metrics)
         before["energy"] = energy.read() if energy else None
 
     loop = closed_loop(client_factory(protocol, url, settings.model, settings.timeout_s), images, concurrency,
                        settings.duration_s, settings.warmup_requests, scrape_start)
-    stages = settled_deltas(endpoints.metrics, before["snapshot"],
-                            (settings.model, *(step_model_name(settings.model, s) for s in STEPS)),
-                            len(loop.latencies_ms))
+    stages = settled_deltas(endpoints.metrics, before["snapshot"], models, len(loop.latencies_ms))
+    phases = phase_deltas(before["phases"], published_phases(endpoints.metrics, models))
     gpu_energy = energy_record(before["energy"], energy.read() if energy else None, len(loop.latencies_ms),
                                loop.elapsed_s)
     label = f"{protocol} {size[0]}x{size[1]}"
@@ -75,7 +76,7 @@ def _cell(endpoints: Endpoints, settings: BenchSettings, protocol: str, size: tu
                 f", {gpu_energy['joules_per_image']} J/image" if gpu_energy else "")
     cell = {"protocol": protocol, "size": list(size), "concurrency": concurrency,
             "avg_image_bytes": round(sum(map(len, images)) / len(images)), "point": point.to_dict(),
-            "errors": loop.errors, "stages": {name: s.to_dict() for name, s in stages.items()}}
+            "errors": loop.errors, "stages": {name: s.to_dict() for name, s in stages.items()}, "phases": phases}
     if gpu_energy is not None:
         cell["gpu_energy"] = gpu_energy
     return cell

@@ -6,7 +6,7 @@ from typing import Any
 
 from .bench import point_of
 from .crosscheck import crosscheck_points
-from .metrics import StageStats, stages_table
+from .metrics import StageStats, phases_table, stages_table
 from .report import compare_p50, comparison_table, points_table
 
 PAIRED_SUMMARY_LABELS = {
@@ -63,7 +63,10 @@ def _cell_lines(cells: list[dict[str, Any]]) -> list[str]:
     lines += ["", "## (c) Per-stage costs (Triton metrics, average per request)", ""]
     for cell in cells:
         lines += [f"### {cell['point']['label']}, concurrency {cell['concurrency']}", ""]
-        lines += stages_table({k: StageStats(**v) for k, v in cell["stages"].items()})
+        stages = {k: StageStats(**v) for k, v in cell["stages"].items()}
+        lines += stages_table(stages)
+        if cell.get("phases"):  # the steps' own phase timers (generator/serving/phases.py)
+            lines += ["", *phases_table(stages, cell["phases"])]
         lines.append("")
     return lines
 

@@ -13,8 +13,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from generator.serving.contract import STEPS, step_model_name
+
 from .closed_loop import closed_loop
 from .errors import LoadTestError
+from .metrics import phase_deltas, published_phases, settled_deltas, snapshot
 from .trace_steps import decompose, read_window, traced
 from .ultralytics_procs import UltralyticsProcesses
 from .versus import Side, VersusSettings
@@ -28,13 +31,26 @@ def _p50(values: list[float]) -> float | None:
 
 
 def served_steps(side: Side, images: list[bytes], streams: int, settings: VersusSettings,
-                 trace: tuple[str, Path], model: str) -> dict[str, Any]:
-    """One traced window of the served side: Triton's decomposition beside the client's own p50."""
+                 trace: tuple[str, Path], model: str, metrics: str | None = None) -> dict[str, Any]:
+    """One traced window of the served side: Triton's decomposition beside the client's own p50, and with
+    ``metrics`` each step's phases inside ``execute`` over the same window (``phases``, beside Triton's ``stages``)."""
     http_url, trace_file = trace
+    before: dict[str, Any] = {}
+    steps_of = tuple(step_model_name(model, step) for step in STEPS)
+
+    def scrape() -> None:
+        if metrics:
+            before["phases"] = published_phases(metrics, steps_of)
+            before["stages"] = snapshot(metrics)
+
     with traced(http_url, trace_file) as window:
-        loop = closed_loop(side.make(), images, streams, settings.window_s, settings.warmup_requests)
+        loop = closed_loop(side.make(), images, streams, settings.window_s, settings.warmup_requests, scrape)
     sent = len(loop.latencies_ms) + loop.failures + streams * settings.warmup_requests
     steps = decompose(read_window(trace_file, (window[0], window[1]), sent), model=model)
+    if metrics and before:
+        stages = settled_deltas(metrics, before["stages"], steps_of, len(loop.latencies_ms))
+        steps["stages"] = {name: stages[name].to_dict() for name in steps_of if name in stages}
+        steps["phases"] = phase_deltas(before["phases"], published_phases(metrics, steps_of))
     client = _p50(loop.latencies_ms)
     steps["client_p50_ms"] = client
     if client is not None and steps.get("server_ms") is not None:
@@ -56,7 +72,7 @@ def ultralytics_stages(ultra: UltralyticsProcesses, images: list[bytes], streams
 
 
 def breakdown(served: Side, ultra: UltralyticsProcesses | None, trace: tuple[str, Path] | None, model: str,
-              images: list[bytes], settings: VersusSettings) -> dict[str, Any]:
+              images: list[bytes], settings: VersusSettings, metrics: str | None = None) -> dict[str, Any]:
     """The decomposition at one stream and at the most streams of ``settings``; a reason where a part cannot run."""
     counts = sorted({1, max(settings.streams)})
     out: dict[str, Any] = {"streams": counts}
@@ -64,7 +80,8 @@ def breakdown(served: Side, ultra: UltralyticsProcesses | None, trace: tuple[str
         out["served"] = {"absent": "an external server: trace it with Triton's own --trace-config"}
     else:
         try:
-            out["served"] = {str(n): served_steps(served, images, n, settings, trace, model) for n in counts}
+            out["served"] = {str(n): served_steps(served, images, n, settings, trace, model, metrics)
+                             for n in counts}
         except LoadTestError as exc:
             out["served"] = {"absent": str(exc)}
             logger.warning("served decomposition absent: %s", exc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .metrics import StageStats, phases_table
 from .trace_steps import STEP_PARTS
 
 
@@ -45,6 +46,12 @@ def breakdown_lines(cores: int, breakdown: dict[str, Any] | None) -> list[str]:
         lines.append(f"Served decomposition absent: {served['absent']}.")
     else:
         lines += ["| served ensemble " + header, rule, *_served_rows(served, counts)]
+        for n in counts:
+            if served[n].get("phases"):  # the steps' own timers, over the same window
+                stages = {k: StageStats(**v) for k, v in served[n].get("stages", {}).items()}
+                lines += ["", f"Inside each step's execute at {n} stream{'s' if n != '1' else ''} (the steps' "
+                          "phase timers; Triton's compute of the same requests):", "",
+                          *phases_table(stages, served[n]["phases"])]
     ultra = breakdown.get("ultralytics")
     if ultra:
         lines += ["", "| Ultralytics predict (its own Profile; decode timed apart) " + header, rule]

@@ -174,3 +174,89 @@ def stages_table(stages: dict[str, StageStats]) -> list[str]:
             f"| {fmt(s.compute_input_us)} | {fmt(s.compute_infer_us)} | {fmt(s.compute_output_us)} |"
         )
     return lines
+
+
+# The steps' own phase counters (generator/serving/phases.py): model -> phase -> seconds, BATCHES -> batches.
+PhaseSnapshot = dict[str, dict[str, float]]
+BATCHES = "batches"
+
+
+def phase_counters(samples: list[Sample]) -> PhaseSnapshot:
+    """Every step's phase seconds and batch count, summed over versions."""
+    from generator.serving.contract import BATCHES_METRIC, PHASE_SECONDS_METRIC
+
+    totals: PhaseSnapshot = {}
+    for sample in samples:
+        model = sample.labels.get("model")
+        if model is None or math.isnan(sample.value):
+            continue
+        if sample.name == PHASE_SECONDS_METRIC and "phase" in sample.labels:
+            key = sample.labels["phase"]
+        elif sample.name == BATCHES_METRIC:
+            key = BATCHES
+        else:
+            continue
+        phases = totals.setdefault(model, {})
+        phases[key] = phases.get(key, 0.0) + sample.value
+    return totals
+
+
+def _phase_order(phase: str) -> tuple[int, str]:
+    """Phases in the order a batch goes through them (the steps' own lists), unknown ones last."""
+    from generator.serving.phases import ALL_PHASES
+
+    return (ALL_PHASES.index(phase) if phase in ALL_PHASES else len(ALL_PHASES), phase)
+
+
+def phase_deltas(before: PhaseSnapshot, after: PhaseSnapshot) -> dict[str, dict[str, Any]]:
+    """Per step that ran batches in between: the batches and the milliseconds per batch of each phase."""
+    result: dict[str, dict[str, Any]] = {}
+    for model, end in sorted(after.items()):
+        start = before.get(model, {})
+        batches = end.get(BATCHES, 0.0) - start.get(BATCHES, 0.0)
+        if batches <= 0:
+            continue
+        per_batch = {phase: round((end[phase] - start.get(phase, 0.0)) * 1000 / batches, 3)
+                     for phase in sorted((p for p in end if p != BATCHES), key=_phase_order)}
+        result[model] = {"batches": int(batches), "ms_per_batch": per_batch}
+    return result
+
+
+def published_phases(metrics_url: str, models: tuple[str, ...], timeout_s: float = 3.0,
+                     poll_s: float = 0.1) -> PhaseSnapshot:
+    """The phase counters once every step of ``models`` that has them has published as many batches as Triton has
+    counted executions (the steps publish once a second, after Triton counts), or as they stand after
+    ``timeout_s``. Taken before and after a window, the two bound the same batches as Triton's counters."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        samples = parse_prometheus(scrape(metrics_url))
+        executions, phases = model_counters(samples), phase_counters(samples)
+        behind = [m for m in models if m in phases
+                  and phases[m].get(BATCHES, 0.0) < executions.get(m, {}).get("nv_inference_exec_count", 0.0)]
+        if not behind or time.monotonic() >= deadline:
+            return phases
+        time.sleep(poll_s)
+
+
+def _compute_ms(stage: StageStats | None) -> float | None:
+    """Triton's compute (input, infer, output) of a request, in ms: its batch's, so per batch when batches hold one
+    request each (one stream), and weighted by the requests of each batch otherwise."""
+    if stage is None:
+        return None
+    parts = (stage.compute_input_us, stage.compute_infer_us, stage.compute_output_us)
+    return sum(p for p in parts if p is not None) / 1000 if all(p is not None for p in parts) else None
+
+
+def phases_table(stages: dict[str, StageStats], phases: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown rows: each step's phases inside ``execute`` (ms per batch) beside Triton's compute of the same
+    batches, and what lies around ``execute`` (Triton's compute less the phases: the stub's messaging)."""
+    lines = ["| step | batches | Triton compute ms/batch | phases inside execute, ms/batch | around execute ms |",
+             "|---|---:|---:|---|---:|"]
+    for model, record in phases.items():
+        compute = _compute_ms(stages.get(model))
+        inside = sum(record["ms_per_batch"].values())
+        listed = ", ".join(f"{phase} {ms:.2f}" for phase, ms in record["ms_per_batch"].items())
+        around = f"{compute - inside:.2f}" if compute is not None else "-"
+        lines.append(f"| {model} | {record['batches']} | {f'{compute:.2f}' if compute is not None else '-'} | "
+                     f"{listed} | {around} |")
+    return lines

@@ -150,7 +150,7 @@ def measure(args: argparse.Namespace, served_at: tuple[Path, str, str, int | Non
     machine = machine_info()
     try:
         rounds = run_rounds(sides, images, settings, metrics)
-        steps = breakdown(sides[0], ultra, trace, args.model, images, settings)
+        steps = breakdown(sides[0], ultra, trace, args.model, images, settings, metrics)
     finally:
         if ultra is not None:
             ultra.close()

@@ -12,6 +12,7 @@ import numpy as np
 
 from .images import DEFAULT_LIMITS, ImageError, ImageLimits, decode_image
 from .letterbox import PARAMS_LEN, Letterbox, letterbox_into
+from .phases import Lap, no_lap
 
 # Places one decoded image into its slot of the batch: (image, slot, source size) -> how it was placed.
 Placement = Callable[[np.ndarray, np.ndarray, tuple[int, int]], Letterbox]
@@ -32,12 +33,14 @@ def prepare_batch(
     limits: ImageLimits = DEFAULT_LIMITS,
     reduced_decode: bool = True,
     place: Placement = letterbox_into,
+    lap: Lap = no_lap,
 ) -> PreparedBatch:
     """Decode and letterbox every image into one contiguous batch.
 
     ``reduced_decode`` lets large JPEGs decode at 1/2, 1/4 or 1/8 resolution when that still covers the
     network input, which costs a fraction of a full decode. ``place`` puts an image into its slot: the letterbox,
-    or a classifier's centre crop (``crop.center_crop_into``).
+    or a classifier's centre crop (``crop.center_crop_into``). ``lap`` ends the phases "decode" and "letterbox"
+    of every image (``phases.PhaseClock``).
     """
     images = np.empty((len(encoded), target[0], target[1], 3), dtype=np.uint8)
     params = np.empty((len(encoded), PARAMS_LEN), dtype=np.float32)
@@ -49,9 +52,12 @@ def prepare_batch(
             image, source = decode_image(data, limits, target if reduced_decode else None)
         except ImageError as exc:
             errors[position], reasons[position] = str(exc), exc.reason
+            lap("decode")
             continue
+        lap("decode")
         slot = len(index)
         params[slot] = place(image, images[slot], source).as_array()
+        lap("letterbox")
         index.append(position)
     return PreparedBatch(images[: len(index)], params[: len(index)], index, errors, reasons)
 

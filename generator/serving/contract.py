@@ -106,6 +106,11 @@ SCORE_METRIC = "ensemble_detection_score"  # histogram of every returned detecti
 REJECTED_METRIC = "ensemble_rejected_images_total"  # label "reason", one of REJECTION_REASONS
 DETECTIONS_BUCKETS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 300.0, 1000.0)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# Where each step's execute spends its wall time, per phase (label "phase"), and the batches it ran: Triton's own
+# compute time of a Python step less the sum of its phases is the stub's messaging around execute
+# (generator/serving/phases.py names every step's phases).
+PHASE_SECONDS_METRIC = "ensemble_step_phase_seconds_total"
+BATCHES_METRIC = "ensemble_step_batches_total"
 # Why the preprocess step refused an image (generator/serving/images.py: one exception class per reason).
 REJECTION_REASONS = ("empty", "format", "truncated", "too_large", "decode_budget", "other")
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .cuda_provider import CUDA_PROVIDER, CudaSettings, device_pointer, session_providers
+from .phases import Lap, no_lap
 
 
 def usable_cores() -> int:
@@ -149,26 +150,29 @@ class OnnxRunner:
     def providers(self) -> list[str]:
         return list(self._session.get_providers())
 
-    def run(self, batch: Any) -> list[np.ndarray]:
+    def run(self, batch: Any, lap: Lap = no_lap) -> list[np.ndarray]:
         """Run ``batch`` (leading batch axis; on the GPU a CuPy array may be given) and return every output
-        as a host array with the same leading size."""
+        as a host array with the same leading size. ``lap`` ends the phase "run" of every chunk, and on the GPU
+        "to_host" (the outputs' copy back, which waits for the run's kernels)."""
         size = len(batch)
         if self._buckets:
             plan = bucket_chunks(size, list(self._buckets))
             pieces = [[out[: stop - start] for out in self._run_chunk(_padded(batch[start:stop], bucket),
-                                                                      self._buckets[bucket])]
+                                                                      self._buckets[bucket], lap)]
                       for start, stop, bucket in plan]
         else:
-            pieces = [self._run_chunk(_padded(batch[start:stop], self.static_batch or stop - start))
+            pieces = [self._run_chunk(_padded(batch[start:stop], self.static_batch or stop - start), lap=lap)
                       for start, stop in chunks(size, self.static_batch)]
         if len(pieces) == 1 and len(pieces[0][0]) == size:
             return pieces[0]
         return [np.concatenate([p[i] for p in pieces])[:size] for i in range(len(self.output_names))]
 
-    def _run_chunk(self, chunk: Any, session: Any = None) -> list[np.ndarray]:
+    def _run_chunk(self, chunk: Any, session: Any = None, lap: Lap = no_lap) -> list[np.ndarray]:
         session = session if session is not None else self._session
         if self.cuda is None:
-            return list(session.run(self.output_names, {self.input_name: chunk}))
+            outputs = list(session.run(self.output_names, {self.input_name: chunk}))
+            lap("run")
+            return outputs
         binding = session.io_binding()
         pointer = device_pointer(chunk)
         if pointer is None:
@@ -179,7 +183,10 @@ class OnnxRunner:
         for name in self.output_names:
             binding.bind_output(name, "cuda", self.cuda.device_id)
         session.run_with_iobinding(binding)
-        return list(binding.copy_outputs_to_cpu())
+        lap("run")
+        outputs = list(binding.copy_outputs_to_cpu())
+        lap("to_host")
+        return outputs
 
     def warm_up(self, batch_sizes: Sequence[int] = (1,), item_shape: Sequence[int] | None = None) -> list[int]:
         """Run a zero batch of each bucket (else each size, or the static size) so that the first requests do

@@ -25,11 +25,13 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from .contract import (
+    BATCHES_METRIC,
     CAPPED_OUTPUTS_METRIC,
     DETECTIONS_BUCKETS,
     DETECTIONS_METRIC,
     EMPTY_OUTPUTS_METRIC,
     IMAGES_METRIC,
+    PHASE_SECONDS_METRIC,
     REJECTED_METRIC,
     REJECTION_REASONS,
     SCORE_BUCKETS,
@@ -44,6 +46,8 @@ HELP = {
     DETECTIONS_METRIC: "Detections returned per image",
     SCORE_METRIC: "Score of every returned detection",
     REJECTED_METRIC: "Images the preprocess step refused, by reason",
+    PHASE_SECONDS_METRIC: "Wall seconds this step's execute spent in each phase of its batches",
+    BATCHES_METRIC: "Batches this step's execute ran",
 }
 
 # A series of a step's metrics, less the model and version labels every one carries: the metric name and its

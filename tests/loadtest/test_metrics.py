@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.errors import MetricsError
-from loadtest.metrics import model_counters, parse_prometheus, stage_deltas, stages_table
+from loadtest.metrics import StageStats, model_counters, parse_prometheus, stage_deltas, stages_table
 
 DATA = Path(__file__).parent / "data"
 
@@ -96,3 +96,22 @@ def test_unreachable_endpoint_says_where():
 
     with pytest.raises(MetricsError, match=r"127\.0\.0\.1:9"):
         scrape("127.0.0.1:9", timeout_s=1)
+
+
+def test_phase_counters_become_milliseconds_per_batch_in_the_order_a_batch_goes() -> None:
+    from loadtest.metrics import phase_counters, phase_deltas, phases_table
+
+    def text(batches: int, run_s: float, inputs_s: float) -> str:
+        return (f'ensemble_step_phase_seconds_total{{model="m_detector",version="1",phase="responses"}} 0.01\n'
+                f'ensemble_step_phase_seconds_total{{model="m_detector",version="1",phase="run"}} {run_s}\n'
+                f'ensemble_step_phase_seconds_total{{model="m_detector",version="1",phase="inputs"}} {inputs_s}\n'
+                f'ensemble_step_batches_total{{model="m_detector",version="1"}} {batches}\n'
+                f'ensemble_step_batches_total{{model="m_nms",version="1"}} 3\n')
+
+    before = phase_counters(parse_prometheus(text(10, 1.0, 0.1)))
+    after = phase_counters(parse_prometheus(text(14, 1.2, 0.104)))
+    deltas = phase_deltas(before, after)
+    assert deltas == {"m_detector": {"batches": 4, "ms_per_batch": {"inputs": 1.0, "run": 50.0, "responses": 0.0}}}
+    stage = StageStats(4, 0, 4, 4, 1.0, 60000.0, 100.0, 2000.0, 55000.0, 1000.0)
+    assert phases_table({"m_detector": stage}, deltas)[2] == (
+        "| m_detector | 4 | 58.00 | inputs 1.00, run 50.00, responses 0.00 | 7.00 |")

@@ -15,7 +15,8 @@ def _step(batch: float, queue_us: float, infer_us: float) -> dict[str, float]:
 
 def _bench(out: Path, label: str, rates: list[float]) -> None:
     cells = [{"concurrency": 64 * (i + 1), "point": {"throughput_rps": rate},
-              "stages": {"y11_preprocess": _step(8, 2000, 20000 + i), "y11_detector": _step(30, 100000, 40000)}}
+              "stages": {"y11_preprocess": _step(8, 2000, 20000 + i), "y11_detector": _step(30, 100000, 40000)},
+              "phases": {"y11_preprocess": {"batches": 10 + i, "ms_per_batch": {"decode": 2.0 + i, "synchronize": 9.5}}}}
              for i, rate in enumerate(rates)]
     (out / "bench").mkdir(exist_ok=True)
     (out / "bench" / f"{label}.json").write_text(json.dumps({"label": label, "settings": {"model": "y11"},
@@ -31,6 +32,7 @@ def test_each_bench_gets_its_steps_at_its_best_level_and_its_share_of_the_engine
     assert "### y11-pool-0-r1: per step at 128 in flight (1200.0 img/s)" in table
     assert "| y11_detector | 30 | 100.00 | 1.00 | 40.00 | 0.50 | 141.50 |" in table
     assert "| y11_preprocess | 8 | 2.00 | 1.00 | 20.00 | 0.50 | 23.50 |" in table  # the best level's own row
+    assert "- y11_preprocess (11 batches): decode 3.00, synchronize 9.50" in table  # its phases, the same level
     assert served_against_engine(tmp_path) == [
         "- y11-pool-0-r1: served 1200.0 img/s at best = 48% of the engine alone at batch 32 (2500 img/s)",
         "- y11-pool-default-r2: served 1000.0 img/s at best = 40% of the engine alone at batch 32 (2500 img/s)"]

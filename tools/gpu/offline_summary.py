@@ -88,8 +88,19 @@ def step_lines(out: Path) -> list[str]:
                 continue
             times = " | ".join(f"{(stats.get(key) or 0) / 1000:.2f}" for key in STEP_TIMES)
             lines.append(f"| {step} | {stats.get('avg_batch', '-')} | {times} | {(stats.get('request_us') or 0) / 1000:.2f} |")
-        lines.append("")
+        lines += ["", *phase_lines(best.get("phases") or {})]
     return lines
+
+
+def phase_lines(phases: dict[str, Any]) -> list[str]:
+    """Each step's phases inside execute (its own timers, generator/serving/phases.py), ms per batch."""
+    if not phases:
+        return []
+    lines = ["Inside each step's execute, ms per batch (the steps' phase timers):", ""]
+    for step, record in phases.items():
+        parts = ", ".join(f"{phase} {ms:.2f}" for phase, ms in record.get("ms_per_batch", {}).items())
+        lines.append(f"- {step} ({record.get('batches')} batches): {parts}")
+    return [*lines, ""]
 
 
 def served_against_engine(out: Path) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..phases import Lap, no_lap
 from ._cpu import (
     DEFAULT_LIMITS,
     PARAMS_LEN,
@@ -145,13 +146,15 @@ class GpuPreprocessor:
         except GpuUnavailableError:  # no hardware JPEG engine on this GPU: nvJPEG's CUDA decoder instead
             return cls(target, limits, reduced_decode, DecoderOptions(device_id=device_id, backend="cuda"))
 
-    def prepare_batch(self, encoded: Sequence[bytes]) -> GpuPreparedBatch:
+    def prepare_batch(self, encoded: Sequence[bytes], lap: Lap = no_lap) -> GpuPreparedBatch:
+        """The batch; ``lap`` ends the phases triage, decode, cpu_path, letterbox and synchronize."""
         xp = self.parts.xp
         height, width = self.target
         routed = triage(encoded, self.limits)
         errors, reasons = dict(routed.errors), dict(routed.reasons)
         cpu_path = dict.fromkeys(routed.cpu, NOT_GPU_FORMAT)
         stream = self.parts.stream()
+        lap("triage")
 
         gpu_items: list[tuple[int, DecodedImage, ImagePlan]] = []
         if routed.gpu:
@@ -168,6 +171,7 @@ class GpuPreprocessor:
                     continue
                 factor = reduction_factor(header, self.target) if self.reduced_decode else 1
                 gpu_items.append((position, result, plan_image(result.width, result.height, self.target, factor)))
+        lap("decode")
 
         cpu_done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for position in sorted(cpu_path):
@@ -179,6 +183,7 @@ class GpuPreprocessor:
                 continue
             canvas = np.empty((height, width, 3), dtype=np.uint8)
             cpu_done[position] = (canvas, letterbox_into(image, canvas, source).as_array())
+        lap("cpu_path")
 
         slots = slot_order([p for p, _, _ in gpu_items], list(cpu_done))
         out = xp.empty((len(slots), height, width, 3), dtype=xp.uint8)
@@ -193,8 +198,10 @@ class GpuPreprocessor:
                 params[slots[position]] = cpu_done[position][1]
             host = np.stack([cpu_done[p][0] for p in order])
             out[xp.asarray(np.array([slots[p] for p in order], dtype=np.int64))] = xp.asarray(host)
+        lap("letterbox")
         # The decoded images are freed when gpu_items goes; the kernel must be done with them by then.
         stream.synchronize()
+        lap("synchronize")
         index = sorted(slots, key=slots.__getitem__)
         return GpuPreparedBatch(out, params, index, errors, cpu_path, reasons)
 

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
-from ensemble_common import failed, parameters, split_responses, stack_inputs
+from ensemble_common import StepMetrics, failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.cuda_provider import DEVICE_PARAMETER, CudaSettings, stack_tensors
+from ensemble_pipeline.phases import DETECTOR_PHASES, GPU_DETECTOR_PHASES, PhaseClock, phase_series
 from ensemble_pipeline.provider_check import (
     CHECK_PARAMETER,
     MIN_AGREEMENT,
@@ -42,6 +43,7 @@ class TritonPythonModel:
         spin = params.get("spin_wait")  # "true": always; "run": only while a run lasts (pipeline.step_parameters)
         self.runner = OnnxRunner(str(path), threads, spin_wait=spin in ("true", "run"), spin_stop=spin == "run",
                                  cuda=cuda, buckets=batch_buckets(max_batch) if cuda else ())
+        self.telemetry = StepMetrics(args, phase_series(GPU_DETECTOR_PHASES if cuda else DETECTOR_PHASES))
         if cuda is not None:
             # Each session sets up its cuDNN state, kernels and memory on its first run: all of them now.
             size = (int(params["input_height"]), int(params["input_width"]))
@@ -56,12 +58,20 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
+            clock = PhaseClock()
             if self.device_id is None:
                 batch, sizes = stack_inputs(requests, self.runner.input_name)
             else:
                 tensors = [pb_utils.get_input_tensor_by_name(r, self.runner.input_name) for r in requests]
                 batch, sizes = stack_tensors(tensors, self.device_id)
-            outputs = self.runner.run(batch)
-            return split_responses(dict(zip(self.runner.output_names, outputs, strict=True)), sizes)
+            clock.lap("inputs")
+            outputs = self.runner.run(batch, clock.lap)
+            responses = split_responses(dict(zip(self.runner.output_names, outputs, strict=True)), sizes)
+            clock.lap("responses")
+            self.telemetry.add(clock.counts())
+            return responses
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "detector", exc)
+
+    def finalize(self) -> None:
+        self.telemetry.close()

@@ -32,6 +32,7 @@ from ensemble_pipeline.batch import prepare_batch, to_float_nchw
 from ensemble_pipeline.crop import center_crop_into
 from ensemble_pipeline.images import DecodeBudget, ImageLimits, measure_decode_speed
 from ensemble_pipeline.letterbox import letterbox_into
+from ensemble_pipeline.phases import GPU_PREPROCESS_PHASES, PREPROCESS_PHASES, Lap, PhaseClock, phase_series
 from ensemble_pipeline.telemetry import preprocess_series, rejection_counts
 
 # Triton runs several models side by side; OpenCV's own thread pool would oversubscribe the cores.
@@ -54,11 +55,13 @@ class TritonPythonModel:
         self.place = center_crop_into if params.get("resize", "letterbox") == "center_crop" else letterbox_into
         # uint8: letterboxed BGR NHWC, normalised inside the detector graph; otherwise float NCHW RGB /255.
         self.output_dtype = np.dtype(params["output_dtype"])
-        self.prepare: Callable[[list[bytes]], Any] = self._prepare_on_cpu
+        self.prepare: Callable[[list[bytes], Lap], Any] = self._prepare_on_cpu
         self.to_float: Callable[[Any, np.dtype], Any] = to_float_nchw
         self.images_tensor: Callable[[str, Any], Any] = self._host_tensor
-        self.telemetry = StepMetrics(args, preprocess_series())
-        if params.get("preprocess_device", "cpu") == "gpu":
+        on_gpu = params.get("preprocess_device", "cpu") == "gpu"
+        phases = GPU_PREPROCESS_PHASES if on_gpu else PREPROCESS_PHASES
+        self.telemetry = StepMetrics(args, preprocess_series() + phase_series(phases))
+        if on_gpu:
             from ensemble_pipeline.gpu import GpuPreprocessor
             from ensemble_pipeline.gpu import to_float_nchw as to_float_on_gpu
 
@@ -67,8 +70,8 @@ class TritonPythonModel:
             self.prepare, self.to_float = gpu.prepare_batch, to_float_on_gpu
             self.images_tensor = pb_utils.Tensor.from_dlpack  # stays on the GPU: the detector reads it there
 
-    def _prepare_on_cpu(self, encoded: list[bytes]) -> Any:
-        return prepare_batch(encoded, self.target, self.limits, self.reduced_decode, self.place)
+    def _prepare_on_cpu(self, encoded: list[bytes], lap: Lap) -> Any:
+        return prepare_batch(encoded, self.target, self.limits, self.reduced_decode, self.place, lap)
 
     @staticmethod
     def _host_tensor(name: str, array: np.ndarray) -> Any:
@@ -94,13 +97,15 @@ class TritonPythonModel:
             return failed(requests, "preprocess", exc)
 
     def _execute(self, requests: list[Any]) -> list[Any]:
+        clock = PhaseClock()
         encoded: list[bytes] = []
         bounds: list[tuple[int, int]] = []
         for request in requests:
             items = pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy().reshape(-1)
             bounds.append((len(encoded), len(encoded) + len(items)))
             encoded.extend(bytes(item) for item in items)
-        batch = self.prepare(encoded)
+        clock.lap("inputs")
+        batch = self.prepare(encoded, clock.lap)
         keep = counted(requests, [stop - start for start, stop in bounds])
         if keep is None:
             self.telemetry.add(rejection_counts(len(encoded), batch.reasons.values()))
@@ -127,4 +132,6 @@ class TritonPythonModel:
                 self.images_tensor(PREPROCESSED, images),
                 pb_utils.Tensor(LETTERBOX, np.ascontiguousarray(batch.letterbox[slots])),
             ]))
+        clock.lap("responses")
+        self.telemetry.add(clock.counts())
         return responses
