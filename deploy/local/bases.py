@@ -129,10 +129,6 @@ def pinned_available(image: str, pull: bool, platform: Platform) -> bool:
     return result.returncode == 0
 
 
-def _image_id(image: str) -> str:
-    return docker.run(["image", "inspect", "--format", "{{.Id}}", image]).stdout.strip()
-
-
 def make_debian(platform: Platform, force: bool = False) -> str:
     """The local Debian base of ``platform`` (debootstrap + docker import), made unless one of this recipe is here."""
     local, recipe = DEBIAN.local(platform), _recipe(DEBIAN, platform)
@@ -192,7 +188,7 @@ def _slim(root: Path) -> None:
 
 def make_standin(base: Base, debian: str, platform: Platform, build_network: str, force: bool = False) -> str:
     """A stand-in built for ``platform`` from its local Dockerfile on ``debian``, unless one of this recipe is here."""
-    local, recipe = base.local(platform), _recipe(base, platform, _image_id(debian))
+    local, recipe = base.local(platform), _recipe(base, platform, docker.require_image_id(debian))
     if not force and docker.image_label(local, RECIPE_LABEL) == recipe:
         logger.info("reusing %s", local)
         return local

@@ -68,6 +68,11 @@ def image_id(image: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
+def require_image_id(image: str) -> str:
+    """The local image's ID; LocalStackError with docker's own words when it is not here."""
+    return run(["image", "inspect", "--format", "{{.Id}}", image]).stdout.strip()
+
+
 def remove_superseded(before: Mapping[str, str | None]) -> None:
     """Remove the images that a build moved ``before``'s tags away from, once nothing else names them.
 

@@ -73,10 +73,6 @@ def source_refs(bases: dict[str, str], overrides: dict[str, str] | None = None) 
     return {**{v: f"{value(v)}:{value('CPU_IMAGE_TAG')}" for v in BUILT_IMAGES}, **{v: bases[v] for v in BASE_IMAGES}}
 
 
-def image_id(ref: str) -> str:
-    return docker.run(["image", "inspect", "--format", "{{.Id}}", ref]).stdout.strip()
-
-
 def default_tag(ids: dict[str, str], settings: Settings) -> str:
     """``site-`` and 12 hex digits of the images and the settings: the same stack makes the same tag."""
     digest = hashlib.sha256(json.dumps([ids, changed_settings(settings)], sort_keys=True).encode()).hexdigest()
@@ -216,7 +212,7 @@ def make_site_archive(settings: Settings, stack: LocalStack, output: Path, *, ta
                                "with another --project (the default, or any name of yours)")
     bases = build(settings, stack)
     sources = source_refs(bases, platform_env(settings, stack))
-    ids = {variable: image_id(ref) for variable, ref in sources.items()}
+    ids = {variable: docker.require_image_id(ref) for variable, ref in sources.items()}
     tag = check_tag(tag or default_tag(ids, settings))
     variables = site_variables(tag)
     target = stack.target()
