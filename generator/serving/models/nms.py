@@ -27,31 +27,34 @@ class TritonPythonModel:
         try:
             clock = PhaseClock()
             raw, sizes = stack_inputs(requests, self.raw_name)
-            if self.spec.layout == "classify":  # no detections: the quality series stay detection-only
-                return split_responses(top_classes(raw, self.spec.top_k), sizes)
-            letterbox, _ = stack_inputs(requests, LETTERBOX)
-            protos = stack_inputs(requests, self.protos_name)[0] if self.protos_name else None
-            clock.lap("inputs")
-            found = postprocess_task(raw, self.spec, letterbox, self.conf, self.iou, self.max_det, protos)
-            clock.lap("nms")
-            out = found.detections
-            keep = counted(requests, sizes)
-            if keep is None:
-                self.telemetry.add(output_counts(out.num_detections, out.scores, self.max_det))
-            elif keep.any():  # a batch of probes alone adds nothing
-                self.telemetry.add(output_counts(out.num_detections[keep], out.scores[keep], self.max_det))
-            responses = split_responses({
-                NUM_DETECTIONS: out.num_detections,
-                BOXES: out.boxes,
-                SCORES: out.scores,
-                CLASSES: out.classes,
-                **found.extras,
-            }, sizes)
+            outputs = self._outputs(requests, raw, sizes, clock)
+            responses = split_responses(outputs, sizes)
             clock.lap("responses")
             self.telemetry.add(clock.counts())
             return responses
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "nms", exc)
+
+    def _outputs(self, requests: list[Any], raw: Any, sizes: list[int], clock: PhaseClock) -> dict[str, Any]:
+        """Every output of the batch: a classifier's top-k, else the task's detections (counted for telemetry)."""
+        if self.spec.layout == "classify":  # no detections: the quality series stay detection-only
+            clock.lap("inputs")
+            top = top_classes(raw, self.spec.top_k)
+            clock.lap("nms")
+            return top
+        letterbox, _ = stack_inputs(requests, LETTERBOX)
+        protos = stack_inputs(requests, self.protos_name)[0] if self.protos_name else None
+        clock.lap("inputs")
+        found = postprocess_task(raw, self.spec, letterbox, self.conf, self.iou, self.max_det, protos)
+        clock.lap("nms")
+        out = found.detections
+        keep = counted(requests, sizes)
+        if keep is None:
+            self.telemetry.add(output_counts(out.num_detections, out.scores, self.max_det))
+        elif keep.any():  # a batch of probes alone adds nothing
+            self.telemetry.add(output_counts(out.num_detections[keep], out.scores[keep], self.max_det))
+        return {NUM_DETECTIONS: out.num_detections, BOXES: out.boxes, SCORES: out.scores, CLASSES: out.classes,
+                **found.extras}
 
     def finalize(self) -> None:
         self.telemetry.close()
