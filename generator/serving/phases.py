@@ -25,11 +25,13 @@ Lap = Callable[[str], None]
 PREPROCESS_PHASES = ("inputs", "decode", "letterbox", "responses")
 GPU_PREPROCESS_PHASES = ("inputs", "triage", "decode", "cpu_path", "letterbox", "synchronize", "responses")
 DETECTOR_PHASES = ("inputs", "run", "responses")
+# --detector-spin alone: a run that found no other instance running, on the spinning session, is "run_alone".
+ALONE_DETECTOR_PHASES = ("inputs", "run", "run_alone", "responses")
 GPU_DETECTOR_PHASES = ("inputs", "run", "to_host", "responses")
 NMS_PHASES = ("inputs", "nms", "responses")
 # All of them in one order, for reports.
-ALL_PHASES = ("inputs", "triage", "decode", "cpu_path", "letterbox", "synchronize", "run", "to_host", "nms",
-              "responses")
+ALL_PHASES = ("inputs", "triage", "decode", "cpu_path", "letterbox", "synchronize", "run", "run_alone", "to_host",
+              "nms", "responses")
 
 
 def no_lap(phase: str) -> None:

@@ -26,7 +26,7 @@ Int8Float = Literal["auto", "fp16", "fp32"]
 SpeedGateMode = Literal["keep-faster", "record", "off"]
 HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
 Device = Literal["cpu", "gpu"]
-DetectorSpin = Literal["off", "run"]
+DetectorSpin = Literal["off", "run", "alone"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 # TensorRT's TopK takes K below 3840 (onnx-tensorrt operators.md); the in-graph NMS keeps max_det by TopK.
@@ -256,9 +256,12 @@ class BuildOptions:
                                      "intra-op workers spin between operators (its own default; off: they sleep)")
     # run: the workers spin between operators but stop when the last concurrent Run returns
     # (ONNX Runtime's session.force_spinning_stop), so the cores are free between requests (issue 35).
+    # alone: as run for a run that finds no other detector instance running, else sleeping (serving/activity.py).
     detector_spin: DetectorSpin = option("off", "--detector-spin", "embedded CPU detector: 'run' lets ONNX "
                                          "Runtime's intra-op workers spin only while a run lasts (they stop "
-                                         "when the last concurrent run returns); 'off': they sleep")
+                                         "when the last concurrent run returns); 'alone': only for a run that "
+                                         "finds no other detector instance running (two sessions per "
+                                         "instance); 'off': they sleep")
     calibration: PrecisionOptions = field(default_factory=PrecisionOptions)
     gate: GateOptions = field(default_factory=GateOptions)
     tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
@@ -274,8 +277,8 @@ class BuildOptions:
                             f"(TensorRT's TopK limit), not {self.max_detections}; lower --max-detections or drop "
                             "--nms-in-graph")
         if self.detector_spinning and self.detector_spin != "off":
-            raise SpecError("--detector-spinning (spin always) and --detector-spin run (spin only while a run "
-                            "lasts) contradict each other: give one")
+            raise SpecError(f"--detector-spinning (spin always) and --detector-spin {self.detector_spin} (spin "
+                            "only while a run lasts) contradict each other: give one")
         if self.nms_in_graph and self.python_nms:
             raise SpecError("--nms-in-graph and --python-nms contradict each other: give one")
         self._check_target_fields()
@@ -288,9 +291,12 @@ class BuildOptions:
         if self.ort_tensorrt and (self.target != "onnxruntime" or self.device != "gpu"):
             raise SpecError("--ort-tensorrt is ONNX Runtime's TensorRT execution provider on a GPU: "
                             "use it with --target onnxruntime --device gpu")
+        if self.detector_spin != "off" and self.detector_device == "gpu":
+            raise SpecError(f"--detector-spin {self.detector_spin} sets the workers of the CPU detector's session: the "
+                            "detector runs on the GPU here (--device gpu)")
         if self.detector_spin != "off" and self.target != "embedded":
-            raise SpecError("--detector-spin run sets the embedded detector's session (ONNX Runtime in the Python "
-                            "backend): use it with --target embedded")
+            raise SpecError(f"--detector-spin {self.detector_spin} sets the embedded detector's session (ONNX "
+                            "Runtime in the Python backend): use it with --target embedded")
         if self.classifier is not None:
             self._check_second_stage()
         if self.tensorrt.defer_plan and self.target != "tensorrt":
@@ -334,10 +340,11 @@ class BuildOptions:
 
     @property
     def detector_spin_setting(self) -> str | None:
-        """``spin_wait`` for the embedded detector: "true" (always), "run" (only while a run lasts) or None."""
+        """``spin_wait`` for the embedded detector: "true" (always), "run" (only while a run lasts), "alone" (only
+        while a run with no other instance running lasts) or None."""
         if self.detector_spinning:
             return "true"
-        return "run" if self.detector_spin == "run" else None
+        return None if self.detector_spin == "off" else self.detector_spin
 
     @property
     def preprocess_instances(self) -> int:

@@ -79,7 +79,8 @@ def _time_steps(served: onnx.ModelProto, info: DetectorInfo, options: BuildOptio
         path = Path(tmp) / "served.onnx"
         onnx.save(served, str(path))
         runner = OnnxRunner(str(path), session_threads(options.detector_thread_setting, options.detector_instances),
-                            spin_wait=options.detector_spin_setting is not None,
+                            # alone: the sleeping session, the one that serves under load
+                            spin_wait=options.detector_spin_setting in ("true", "run"),
                             spin_stop=options.detector_spin_setting == "run")
         outputs = runner.run(images)  # also the warm-up run
         raw = outputs[runner.output_names.index(info.output.name)]

@@ -17,8 +17,15 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 from ensemble_common import StepMetrics, failed, parameters, split_responses, stack_inputs
+from ensemble_pipeline.activity import Activity, lock_path
 from ensemble_pipeline.cuda_provider import DEVICE_PARAMETER, CudaSettings, stack_tensors
-from ensemble_pipeline.phases import DETECTOR_PHASES, GPU_DETECTOR_PHASES, PhaseClock, phase_series
+from ensemble_pipeline.phases import (
+    ALONE_DETECTOR_PHASES,
+    DETECTOR_PHASES,
+    GPU_DETECTOR_PHASES,
+    PhaseClock,
+    phase_series,
+)
 from ensemble_pipeline.provider_check import (
     CHECK_PARAMETER,
     MIN_AGREEMENT,
@@ -40,10 +47,17 @@ class TritonPythonModel:
             self.device_id = int(args["model_instance_device_id"])
             cuda = CudaSettings.from_parameters(params, self.device_id)
         max_batch = max(1, int(config.get("max_batch_size", 1)))
-        spin = params.get("spin_wait")  # "true": always; "run": only while a run lasts (pipeline.step_parameters)
+        # "true": always; "run": only while a run lasts; "alone": only while a run that found no other instance
+        # running lasts, from a second session (ensemble_pipeline.activity); see pipeline.step_parameters
+        spin = params.get("spin_wait")
         self.runner = OnnxRunner(str(path), threads, spin_wait=spin in ("true", "run"), spin_stop=spin == "run",
                                  cuda=cuda, buckets=batch_buckets(max_batch) if cuda else ())
-        self.telemetry = StepMetrics(args, phase_series(GPU_DETECTOR_PHASES if cuda else DETECTOR_PHASES))
+        self.alone: tuple[Activity, OnnxRunner] | None = None
+        if spin == "alone" and cuda is None:
+            self.alone = (Activity(lock_path(args["model_repository"])),
+                          OnnxRunner(str(path), threads, spin_wait=True, spin_stop=True))
+        phases = GPU_DETECTOR_PHASES if cuda else ALONE_DETECTOR_PHASES if self.alone else DETECTOR_PHASES
+        self.telemetry = StepMetrics(args, phase_series(phases))
         if cuda is not None:
             # Each session sets up its cuDNN state, kernels and memory on its first run: all of them now.
             size = (int(params["input_height"]), int(params["input_width"]))
@@ -65,7 +79,7 @@ class TritonPythonModel:
                 tensors = [pb_utils.get_input_tensor_by_name(r, self.runner.input_name) for r in requests]
                 batch, sizes = stack_tensors(tensors, self.device_id)
             clock.lap("inputs")
-            outputs = self.runner.run(batch, clock.lap)
+            outputs = self._run(batch, clock)
             responses = split_responses(dict(zip(self.runner.output_names, outputs, strict=True)), sizes)
             clock.lap("responses")
             self.telemetry.add(clock.counts())
@@ -73,5 +87,16 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "detector", exc)
 
+    def _run(self, batch: Any, clock: PhaseClock) -> list[Any]:
+        if self.alone is None:
+            return self.runner.run(batch, clock.lap)
+        activity, spinning = self.alone
+        with activity.running_alone() as alone:
+            if not alone:
+                return self.runner.run(batch, clock.lap)
+            return spinning.run(batch, lambda phase: clock.lap("run_alone" if phase == "run" else phase))
+
     def finalize(self) -> None:
         self.telemetry.close()
+        if self.alone is not None:
+            self.alone[0].close()

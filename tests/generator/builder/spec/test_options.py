@@ -158,6 +158,9 @@ def test_detector_spin_run_is_its_own_value_and_contradicts_always_spinning() ->
     assert BuildOptions().detector_spin_setting is None  # the shipped default: workers sleep
     assert BuildOptions(detector_spin="run").detector_spin_setting == "run"
     assert BuildOptions(detector_spinning=True).detector_spin_setting == "true"
+    assert BuildOptions(detector_spin="alone").detector_spin_setting == "alone"
+    with pytest.raises(SpecError, match="--detector-spin alone sets the workers of the CPU detector's session"):
+        BuildOptions(detector_spin="alone", device="gpu")
     with pytest.raises(SpecError, match="unknown --detector-spin 'always'; choose one of off, run"):
         BuildOptions(detector_spin="always")  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=r"--detector-spinning .* and --detector-spin run .* contradict"):

@@ -482,7 +482,8 @@ def test_several_cpu_onnxruntime_instances_without_a_thread_count_are_warned_abo
 
 
 @pytest.mark.parametrize(("options", "spin"), [
-    (BuildOptions(), None), (BuildOptions(detector_spin="run"), "run"), (BuildOptions(detector_spinning=True), "true")])
+    (BuildOptions(), None), (BuildOptions(detector_spin="run"), "run"), (BuildOptions(detector_spin="alone"), "alone"),
+    (BuildOptions(detector_spinning=True), "true")])
 def test_the_detector_spin_setting_reaches_the_embedded_detector_config(options: BuildOptions, spin: str | None) -> None:
     detector = configs(render_models(served(), options, step_parameters(options, "output0")))["yolo_detector"]
     parameters = {k: v.string_value for k, v in detector.parameters.items()}
