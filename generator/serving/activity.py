@@ -35,7 +35,12 @@ class Activity:
     """This instance's handle on the step's lock (one open file: ``flock`` locks belong to it)."""
 
     def __init__(self, path: str | Path) -> None:
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise RuntimeError(f"--detector-spin alone keeps the lock its instances share in {path}, which could "
+                               f"not be opened ({exc}): give the server a writable temporary directory (TMPDIR) "
+                               "or build without the option") from exc
 
     @contextmanager
     def running_alone(self) -> Iterator[bool]:

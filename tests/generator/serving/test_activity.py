@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from generator.serving.activity import Activity, lock_path
 
 
@@ -25,3 +27,8 @@ def test_a_run_is_alone_only_while_no_other_instance_runs(tmp_path: Path) -> Non
 def test_one_lock_per_model_directory_and_user(tmp_path: Path) -> None:
     assert lock_path(str(tmp_path / "a")) == lock_path(str(tmp_path / "b" / ".." / "a"))
     assert lock_path(str(tmp_path / "a")) != lock_path(str(tmp_path / "b"))
+
+
+def test_an_unwritable_lock_names_the_option_and_the_way_out(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"--detector-spin alone .* writable temporary directory \(TMPDIR\)"):
+        Activity(tmp_path / "missing" / "step.lock")
