@@ -347,15 +347,15 @@ probe() {  # issue 35: tools/gpu/spin_probe.py (no Triton, the device's own pyth
 }
 
 bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 instances) against itself with four
-  # detector (y11_d4) or four preprocess (y11_p4) instances, at 64 and 128 in flight, y11 again last (the drift),
-  # the engine alone beside them, the GPU series scraped (REPOS="y11 y11_d4 y11_p4" at prepare)
+  # detector (y11_d4) or four preprocess (y11_p4) instances, at LEVELS in flight (default 64,128), y11 again last
+  # (the drift), the engine alone beside them, the GPU series scraped (REPOS="y11 y11_d4 y11_p4" at prepare)
   mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
   runtime || return 3
   serve_start serve-bound y11 y11_d4 y11_p4 || { bundle bound; return 4; }
   scrape_gpu
-  local levels=64,128 dur=6 batches=8,32 model label
-  [ "$DRY" = 1 ] && { levels=1,4; dur=2; batches=1,4; }
+  local levels=${LEVELS:-64,128} dur=6 batches=8,32 model label
+  [ "$DRY" = 1 ] && { levels=${LEVELS:-1,4}; dur=2; batches=1,4; }
   for label in y11 y11_d4 y11_p4 y11-again; do
     model=${label%-again}
     step "bench-$label" 120 "$RT" -m loadtest bench --url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 \
