@@ -1,7 +1,7 @@
 """Detection clients for the Triton ensemble: gRPC or HTTP, blocking or asyncio."""
 
 try:
-    from clients._errors_map import busy_error, connection_failure
+    from clients._errors_map import QUEUE_TIMEOUT, busy_error, connection_failure
     from clients.async_client import AsyncDetectionClient
     from clients.contract import load_model_info
     from clients.detection import Classification, Detection, DetectionResult, ModelInfo
@@ -26,6 +26,7 @@ except ModuleNotFoundError as _missing:  # python -m clients.X in the base insta
 
 __all__ = [
     "NO_RETRY",
+    "QUEUE_TIMEOUT",
     "AsyncDetectionClient",
     "Classification",
     "ClientError",

@@ -18,9 +18,11 @@ from clients.errors import (
 
 _UNAVAILABLE = {"StatusCode.UNAVAILABLE", "503"}
 # Refused under overload before any work: the proxy's in-flight limit (429 / RESOURCE_EXHAUSTED; its message ends
-# "retry after N s", the HTTP answer's Retry-After, which tritonclient does not hand over) or a full Triton queue.
+# "retry after N s", the HTTP answer's Retry-After, which tritonclient does not hand over), a full Triton queue, or
+# a request that waited its step's queue budget out (the build's default_queue_policy: the same overload, shed later).
 _BUSY = {"StatusCode.RESOURCE_EXHAUSTED", "429"}
-_QUEUE_FULL = "Exceeds maximum queue size"
+QUEUE_FULL = "Exceeds maximum queue size"
+QUEUE_TIMEOUT = "Request timeout expired"
 _RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) s")
 _TIMEOUT = {"StatusCode.DEADLINE_EXCEEDED", "504"}
 # Triton's answers to a restricted API without the key: HTTP 403 "This API is restricted, expecting header
@@ -108,7 +110,7 @@ def _from_triton(status: str | None, message: str, endpoint: Endpoint, timeout_s
 
 def busy_error(status: str | None, message: str, server: str = "the server") -> ServerBusyError | None:
     """The refusal under overload that ``status`` and ``message`` describe (with the time it names), or None."""
-    if not (status in _BUSY or (status in _UNAVAILABLE and _QUEUE_FULL in message)):
+    if not (status in _BUSY or (status in _UNAVAILABLE and (QUEUE_FULL in message or QUEUE_TIMEOUT in message))):
         return None
     after = _RETRY_AFTER.search(message)
     return ServerBusyError(f"{server} is busy: {message}", float(after[1]) if after else None)

@@ -18,8 +18,9 @@ class ServerUnavailableError(ClientError):
 class ServerBusyError(ServerUnavailableError):
     """The server refused the request under overload, before working on it: back-pressure, not a fault.
 
-    The deployed proxy's in-flight limit (HTTP 429 with ``Retry-After``, gRPC RESOURCE_EXHAUSTED) or a full Triton
-    queue (503 / UNAVAILABLE "Exceeds maximum queue size"). Retried like any `ServerUnavailableError`, but not
+    The deployed proxy's in-flight limit (HTTP 429 with ``Retry-After``, gRPC RESOURCE_EXHAUSTED), a full Triton
+    queue (503 / UNAVAILABLE "Exceeds maximum queue size"), or a request that waited a step's queue budget out
+    unserved (503 / UNAVAILABLE "Request timeout expired"). Retried like any `ServerUnavailableError`, but not
     before ``retry_after_s`` when the server named one; callers that count outcomes count it apart from errors.
     """
 

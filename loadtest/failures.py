@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from clients import busy_error, connection_failure
+from clients import QUEUE_TIMEOUT, busy_error, connection_failure
 
 from .errors import InferenceFailed
 
@@ -54,19 +54,21 @@ def named_failure(exc: BaseException, address: str) -> tuple[BaseException, bool
 # Refusals under overload, one stable text per cause, so Locust counts each in one row and the report tells them
 # from errors by this prefix (users.py quitting_report).
 REFUSED_PREFIX = "refused under overload: "
-BUSY_PAUSE_S = 0.5  # without a Retry-After (a full Triton queue)
+BUSY_PAUSE_S = 0.5  # without a Retry-After (a full Triton queue, a queue budget waited out)
 BUSY_MAX_S = 5.0
 
 
 def refusal(exc: BaseException) -> tuple[InferenceFailed, float] | None:
-    """For a request the server refused under overload (the proxy's in-flight limit, a full Triton queue): the
-    failure as Locust reports it and how long the user backs off (the Retry-After named, bounded); else None."""
+    """For a request the server refused under overload (the proxy's in-flight limit, a full Triton queue, a step's
+    queue budget waited out): the failure as Locust reports it and how long the user backs off (the Retry-After
+    named, bounded); else None."""
     status, message = getattr(exc, "status", None), getattr(exc, "message", None)
     code = status() if callable(status) else status
     text = message() if callable(message) else str(exc)
     busy = busy_error(None if code is None else str(code), str(text or ""))
     if busy is None:
         return None
-    cause = "the proxy's in-flight limit" if busy.retry_after_s is not None else "a full Triton queue"
+    cause = ("the proxy's in-flight limit" if busy.retry_after_s is not None
+             else "Triton's queue budget" if QUEUE_TIMEOUT in str(text) else "a full Triton queue")
     pause = min(BUSY_MAX_S, busy.retry_after_s if busy.retry_after_s is not None else BUSY_PAUSE_S)
     return InferenceFailed(REFUSED_PREFIX + cause), random.uniform(pause, 1.2 * pause)

@@ -133,6 +133,9 @@ def test_http_client_used_across_threads_says_so():
         # A full Triton queue (2.51's words): back-pressure too, with no time named.
         ("StatusCode.UNAVAILABLE", "in ensemble 'yolo', Exceeds maximum queue size", None),
         ("503", "Exceeds maximum queue size", None),
+        # A request that waited a step's queue budget out (default_queue_policy REJECT): the same overload, later.
+        ("StatusCode.UNAVAILABLE", "in ensemble 'yolo', Request timeout expired", None),
+        ("503", "Request timeout expired", None),
     ],
 )
 def test_refusals_under_overload_are_back_pressure(status, message, retry_after_s):

@@ -64,6 +64,9 @@ def test_a_refusal_under_overload_is_named_by_its_cause_and_backs_off_for_its_re
     assert proxy is not None and http is not None and queue is not None
     assert str(proxy[0]) == str(http[0]) == REFUSED_PREFIX + "the proxy's in-flight limit"
     assert str(queue[0]) == REFUSED_PREFIX + "a full Triton queue"
+    budget = refusal(InferenceServerException("in ensemble 'yolo', Request timeout expired", "StatusCode.UNAVAILABLE"))
+    assert budget is not None and str(budget[0]) == REFUSED_PREFIX + "Triton's queue budget"
+    assert BUSY_PAUSE_S <= budget[1] <= 1.2 * BUSY_PAUSE_S
     assert 1.0 <= proxy[1] <= 1.2 and BUSY_PAUSE_S <= queue[1] <= 1.2 * BUSY_PAUSE_S
     # A server going away, or a bad request, is an error as before.
     assert refusal(InferenceServerException("Socket closed", "StatusCode.UNAVAILABLE")) is None
