@@ -64,9 +64,17 @@ build_repos() {  # the repositories the run serves (REPOS, default: demo and y11
       y11_int8) args=("${y11[@]}" --instances "${inst[@]}" --precision int8 --calib-images "$W/calib" --no-validate --speed-gate record) ;;
       y11_d4) args=("${y11[@]}" --instances "${d4[@]}" --no-validate) ;;
       y11_p4) args=("${y11[@]}" --instances "${p4[@]}" --no-validate) ;;
+      y11_pb) args=("${y11[@]}" --instances "${inst[@]}" --no-validate) ;;
       *) echo "error: no repository named $name"; return 1 ;;
     esac
     "$PY" -m generator build --name "$name" --output "$W/data/$name" "${args[@]}" "${common[@]}" || return 1
+    # y11_pb: y11 whose detector prefers batches of its sessions' sizes (issue 35: a batch padded to the next
+    # power of two computes up to twice its images); an experiment on the config, before any build option
+    if [ "$name" = y11_pb ]; then
+      sed -i 's/^  max_queue_delay_microseconds: 0$/&\n  preferred_batch_size: [ 1, 2, 4, 8, 16, 32 ]/' \
+        "$W/data/$name/${name}_detector/config.pbtxt" && grep -q preferred_batch_size "$W/data/$name/${name}_detector/config.pbtxt" ||
+        { echo "error: no preferred_batch_size in ${name}_detector"; return 1; }
+    fi
   done
 }
 
@@ -348,15 +356,17 @@ probe() {  # issue 35: tools/gpu/spin_probe.py (no Triton, the device's own pyth
 
 bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 instances) against itself with four
   # detector (y11_d4) or four preprocess (y11_p4) instances, at LEVELS in flight (default 64,128), y11 again last
-  # (the drift), the engine alone beside them, the GPU series scraped (REPOS="y11 y11_d4 y11_p4" at prepare)
+  # (the drift), the engine alone beside them, the GPU series scraped (REPOS="y11 y11_d4 y11_p4" at prepare;
+  # BOUND="y11 ..." other repositories served beside y11, y11 first: y11_pb, the detector preferring its buckets)
   mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
   runtime || return 3
-  serve_start serve-bound y11 y11_d4 y11_p4 || { bundle bound; return 4; }
+  local served=(${BOUND:-y11 y11_d4 y11_p4})
+  serve_start serve-bound "${served[@]}" || { bundle bound; return 4; }
   scrape_gpu
   local levels=${LEVELS:-64,128} dur=6 batches=8,32 model label
   [ "$DRY" = 1 ] && { levels=${LEVELS:-1,4}; dur=2; batches=1,4; }
-  for label in y11 y11_d4 y11_p4 y11-again; do
+  for label in "${served[@]}" y11-again; do
     model=${label%-again}
     step "bench-$label" 120 "$RT" -m loadtest bench --url 127.0.0.1:8001 --protocols grpc --sizes 1280x720 \
       --concurrency $levels --duration $dur --paired-rounds 0 --crosscheck-concurrency 0 \
