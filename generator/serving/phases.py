@@ -23,7 +23,8 @@ Lap = Callable[[str], None]
 
 # Each step's phases in the order a batch goes through them.
 PREPROCESS_PHASES = ("inputs", "decode", "letterbox", "responses")
-GPU_PREPROCESS_PHASES = ("inputs", "triage", "decode", "cpu_path", "letterbox", "synchronize", "responses")
+# to_host: --gpu-handoff host, the batch's one copy to host memory
+GPU_PREPROCESS_PHASES = ("inputs", "triage", "decode", "cpu_path", "letterbox", "synchronize", "to_host", "responses")
 DETECTOR_PHASES = ("inputs", "run", "responses")
 # --detector-spin alone: a run that found no other instance running, on the spinning session, is "run_alone".
 ALONE_DETECTOR_PHASES = ("inputs", "run", "run_alone", "responses")

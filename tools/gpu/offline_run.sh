@@ -65,6 +65,8 @@ build_repos() {  # the repositories the run serves (REPOS, default: demo and y11
       y11_d4) args=("${y11[@]}" --instances "${d4[@]}" --no-validate) ;;
       y11_p4) args=("${y11[@]}" --instances "${p4[@]}" --no-validate) ;;
       y11_pb) args=("${y11[@]}" --instances "${inst[@]}" --no-validate) ;;
+      y11_host) args=("${y11[@]}" --instances "${inst[@]}" --no-validate)
+                [ "$DRY" = 1 ] || args+=(--gpu-handoff host) ;;  # a CPU rehearsal has no GPU preprocess
       *) echo "error: no repository named $name"; return 1 ;;
     esac
     "$PY" -m generator build --name "$name" --output "$W/data/$name" "${args[@]}" "${common[@]}" || return 1
@@ -166,7 +168,10 @@ keep() {  # copy what this call carried (parts, data) into /tmp: the machine kee
   mkdir -p "$T/parts" || return 3
   local folder
   for folder in "$W"/p[0-9][0-9]; do [ -d "$folder" ] && cp -n "$folder"/* "$T/parts/"; done
-  [ -d "$W/data" ] && [ ! -d "$T/data" ] && cp -r "$W/data" "$T/data"
+  local repo  # the repositories, from data/ and data2/ (too many for one call: split them by hand)
+  for repo in "$W"/data/* "$W"/data2/*; do
+    [ -d "$repo" ] && [ ! -d "$T/data/${repo##*/}" ] && mkdir -p "$T/data" && cp -r "$repo" "$T/data/"
+  done
   [ -d "$W/versus" ] && [ ! -d "$T/versus" ] && cp -r "$W/versus" "$T/versus"
   ls -l "$T/parts" | tail -n +2 | awk '{print $5, $9}'; [ -d "$T/data" ] && echo "data: $(ls "$T/data")"
   if [ ! -e "$T/facts" ]; then
@@ -357,7 +362,8 @@ probe() {  # issue 35: tools/gpu/spin_probe.py (no Triton, the device's own pyth
 bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 instances) against itself with four
   # detector (y11_d4) or four preprocess (y11_p4) instances, at LEVELS in flight (default 64,128), y11 again last
   # (the drift), the engine alone beside them, the GPU series scraped (REPOS="y11 y11_d4 y11_p4" at prepare;
-  # BOUND="y11 ..." other repositories served beside y11, y11 first: y11_pb, the detector preferring its buckets)
+  # BOUND="y11 ..." other repositories served beside y11, y11 first: y11_pb, the detector preferring its buckets;
+  # y11_host, the GPU preprocess handing its batch over in host memory, --gpu-handoff host)
   mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
   runtime || return 3

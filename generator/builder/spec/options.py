@@ -27,6 +27,7 @@ SpeedGateMode = Literal["keep-faster", "record", "off"]
 HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
 Device = Literal["cpu", "gpu"]
 DetectorSpin = Literal["off", "run", "alone"]
+GpuHandoff = Literal["device", "host"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 # TensorRT's TopK takes K below 3840 (onnx-tensorrt operators.md); the in-graph NMS keeps max_det by TopK.
@@ -208,6 +209,12 @@ class BuildOptions:
     preprocess_device: Device = option("cpu", "--preprocess-device", "gpu: decode JPEGs in batches with "
                                                  "nvImageCodec and letterbox on the GPU; the detector gets a GPU "
                                                  "tensor (needs pip install '.[gpu]' where Triton runs)")
+    # How the GPU preprocess's batch reaches the next step: "device", one GPU tensor per request, which the Python
+    # backend hands over through Triton's CUDA pool one by one on each side; "host", the batch copied to host
+    # memory once and sent as host tensors (the detector copies its batch to the GPU again). Issue 35 weighs them.
+    gpu_handoff: GpuHandoff = option("device", "--gpu-handoff", "with --preprocess-device gpu: 'device' hands each "
+                                     "request's images to the next step in GPU memory; 'host' copies the batch to "
+                                     "host memory once and hands host tensors over")
     # NMS as ONNX NonMaxSuppression at the end of the detector graph (generator.builder.stages.graph.nms): TensorRT runs it
     # on the GPU, ONNX Runtime on the CPU; the Python nms step then only maps boxes back.
     nms_in_graph: bool = option(False, "--nms-in-graph", "run class-aware NMS inside the detector graph (ONNX "
@@ -297,6 +304,9 @@ class BuildOptions:
         if self.detector_spin != "off" and self.target != "embedded":
             raise SpecError(f"--detector-spin {self.detector_spin} sets the embedded detector's session (ONNX "
                             "Runtime in the Python backend): use it with --target embedded")
+        if self.gpu_handoff != "device" and self.preprocess_device != "gpu":
+            raise SpecError(f"--gpu-handoff {self.gpu_handoff} sets how the GPU preprocess hands its images over: "
+                            "use it with --preprocess-device gpu")
         if self.classifier is not None:
             self._check_second_stage()
         if self.tensorrt.defer_plan and self.target != "tensorrt":

@@ -10,7 +10,7 @@ copied into its slot, so its pixels and its error message are the CPU path's exa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -204,6 +204,16 @@ class GpuPreprocessor:
         lap("synchronize")
         index = sorted(slots, key=slots.__getitem__)
         return GpuPreparedBatch(out, params, index, errors, cpu_path, reasons)
+
+
+def batch_to_host(batch: GpuPreparedBatch, xp: Any = None) -> GpuPreparedBatch:
+    """The batch with its images copied to host memory, once for all its requests (``--gpu-handoff host``).
+
+    The Python backend then hands each request's images over as a host tensor (shared memory), where a device
+    tensor costs the stub and the parent a transfer through Triton's CUDA pool per request on each side.
+    """
+    xp = xp if xp is not None else import_cupy()
+    return replace(batch, images=xp.asnumpy(batch.images))
 
 
 def to_float_nchw(images: Any, dtype: Any = np.float32, xp: Any = None) -> Any:

@@ -2,8 +2,9 @@
 
 With the ``preprocess_device`` parameter "gpu" (``--preprocess-device gpu``, instances of KIND_GPU) JPEGs are
 decoded in batches by nvImageCodec and letterboxed by CuPy on this instance's GPU (``ensemble_pipeline.gpu``), and
-the PREPROCESSED output leaves as a device tensor through DLPack; every check, fallback and message is the CPU
-path's.
+the PREPROCESSED output leaves as a device tensor through DLPack, or, with ``gpu_handoff`` "host"
+(``--gpu-handoff host``), the batch is copied to host memory once and leaves as host tensors; every check,
+fallback and message is the CPU path's.
 """
 
 from __future__ import annotations
@@ -58,17 +59,22 @@ class TritonPythonModel:
         self.prepare: Callable[[list[bytes], Lap], Any] = self._prepare_on_cpu
         self.to_float: Callable[[Any, np.dtype], Any] = to_float_nchw
         self.images_tensor: Callable[[str, Any], Any] = self._host_tensor
+        self.to_host: Callable[[Any], Any] | None = None
         on_gpu = params.get("preprocess_device", "cpu") == "gpu"
         phases = GPU_PREPROCESS_PHASES if on_gpu else PREPROCESS_PHASES
         self.telemetry = StepMetrics(args, preprocess_series() + phase_series(phases))
         if on_gpu:
-            from ensemble_pipeline.gpu import GpuPreprocessor
+            from ensemble_pipeline.gpu import GpuPreprocessor, batch_to_host
             from ensemble_pipeline.gpu import to_float_nchw as to_float_on_gpu
 
             gpu = GpuPreprocessor.on_device(int(args["model_instance_device_id"]), self.target, self.limits,
                                             self.reduced_decode)
-            self.prepare, self.to_float = gpu.prepare_batch, to_float_on_gpu
-            self.images_tensor = pb_utils.Tensor.from_dlpack  # stays on the GPU: the detector reads it there
+            self.prepare = gpu.prepare_batch
+            if params.get("gpu_handoff", "device") == "host":  # one copy of the batch; the rest is the CPU path's
+                self.to_host = batch_to_host
+            else:
+                self.to_float = to_float_on_gpu
+                self.images_tensor = pb_utils.Tensor.from_dlpack  # stays on the GPU: the detector reads it there
 
     def _prepare_on_cpu(self, encoded: list[bytes], lap: Lap) -> Any:
         return prepare_batch(encoded, self.target, self.limits, self.reduced_decode, self.place, lap)
@@ -106,6 +112,9 @@ class TritonPythonModel:
             encoded.extend(bytes(item) for item in items)
         clock.lap("inputs")
         batch = self.prepare(encoded, clock.lap)
+        if self.to_host is not None:
+            batch = self.to_host(batch)
+            clock.lap("to_host")
         keep = counted(requests, [stop - start for start, stop in bounds])
         if keep is None:
             self.telemetry.add(rejection_counts(len(encoded), batch.reasons.values()))

@@ -85,3 +85,21 @@ def test_the_manifest_records_the_device_its_packages_and_the_graph(gpu_repo: Pa
     assert cpu_manifest["preprocess"] == {"device": "cpu", "requirements": []}
     assert config(cpu, "yolo_preprocess").instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
     assert "preprocess_device" not in config(cpu, "yolo_preprocess").parameters
+
+
+def test_the_host_handoff_is_a_preprocess_parameter_and_needs_the_gpu_preprocess(gpu_repo: Path,
+                                                                                   tmp_path: Path) -> None:
+    assert "gpu_handoff" not in config(gpu_repo, "yolo_preprocess").parameters  # "device", the default
+    with pytest.raises(SpecError, match=r"--gpu-handoff host.*--preprocess-device gpu"):
+        BuildOptions(gpu_handoff="host")
+    options = BuildOptions(preprocess_device="gpu", gpu_handoff="host", device="gpu")
+    flags = to_flags(options)
+    assert flags[flags.index("--gpu-handoff") + 1] == "host"
+    assert from_record(BuildOptions, to_record(options), SpecError) == options
+    host = tmp_path / "host"
+    build_repository(DEMO_ONNX, host, options)
+    assert config(host, "yolo_preprocess").parameters["gpu_handoff"].string_value == "host"
+    # the GPU detector takes host tensors as they come (one copy of its batch to the GPU, cuda_provider.stack_tensors)
+    assert config(host, "yolo_detector").parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
+    rebuild = json.loads((host / "manifest.json").read_text())["rebuild"]
+    assert rebuild[rebuild.index("--gpu-handoff") + 1] == "host"

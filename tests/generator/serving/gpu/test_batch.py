@@ -20,6 +20,7 @@ from generator.serving.gpu.batch import (
     NOT_GPU_FORMAT,
     DeviceParts,
     GpuPreprocessor,
+    batch_to_host,
     slot_order,
     to_float_nchw,
     triage,
@@ -133,6 +134,26 @@ def test_slot_order() -> None:
 def test_to_float_nchw_matches_the_cpu_path() -> None:
     images = np.random.default_rng(0).integers(0, 256, (2, 8, 6, 3), dtype=np.uint8)
     np.testing.assert_array_equal(to_float_nchw(images, np.float16, xp=np), cpu_to_float_nchw(images, np.float16))
+
+
+def test_the_host_handoff_copies_the_images_once_and_keeps_the_rest() -> None:
+    """--gpu-handoff host: one asnumpy of the whole batch; slots, errors and letterbox parameters untouched."""
+    copies: list[tuple[int, ...]] = []
+
+    class Device:  # CuPy's asnumpy, counted
+        @staticmethod
+        def asnumpy(array: np.ndarray) -> np.ndarray:
+            copies.append(array.shape)
+            return np.array(array, copy=True)
+
+    _, encoded = mixed_batch()
+    batch = GpuPreprocessor(TARGET, parts=host_parts()).prepare_batch(encoded)
+    host = batch_to_host(batch, xp=Device)
+    assert copies == [batch.images.shape] and host.images is not batch.images
+    np.testing.assert_array_equal(host.images, batch.images)
+    assert (host.index, host.errors, host.cpu_path, host.reasons) == (batch.index, batch.errors, batch.cpu_path,
+                                                                      batch.reasons)
+    assert host.letterbox is batch.letterbox
 
 
 def test_zoo_formats_routed_as_documented() -> None:
