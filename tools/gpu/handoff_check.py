@@ -40,6 +40,10 @@ async def check(args: argparse.Namespace) -> dict[str, object]:
         references = [await client.detect(image) for image in images]
         order = itertools.cycle(range(len(images)))
         counts = {"requests": 0, "mismatched": 0, "failed": 0}
+        # per image: its requests, its mismatches, and of those how many equal another image's reference (an image
+        # handed over wrongly) and how many differ in count by more than 2 (not detections near the threshold)
+        per_image = [{"requests": 0, "mismatched": 0, "another_image": 0, "count_off_by_3_or_more": 0}
+                     for _ in images]
         deadline = time.monotonic() + args.seconds
 
         async def worker() -> None:
@@ -51,11 +55,18 @@ async def check(args: argparse.Namespace) -> dict[str, object]:
                     counts["failed"] += 1
                     continue
                 counts["requests"] += 1
-                counts["mismatched"] += not same(result, references[index], args.tolerance_px)
+                tally = per_image[index]
+                tally["requests"] += 1
+                if not same(result, references[index], args.tolerance_px):
+                    counts["mismatched"] += 1
+                    tally["mismatched"] += 1
+                    tally["another_image"] += any(same(result, other, args.tolerance_px)
+                                                  for i, other in enumerate(references) if i != index)
+                    tally["count_off_by_3_or_more"] += abs(len(result) - len(references[index])) >= 3
 
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     return {**counts, "images": len(images), "concurrency": args.concurrency, "seconds": args.seconds,
-            "reference_detections": [len(r) for r in references]}
+            "reference_detections": [len(r) for r in references], "per_image": per_image}
 
 
 def main(argv: list[str] | None = None) -> int:

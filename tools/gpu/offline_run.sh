@@ -423,9 +423,9 @@ handoff() {  # issue 35: does every request get its own image's detections at pe
   mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
   runtime || return 3
-  local mib label model=${MODEL:-y11} concurrency=256 seconds=8
+  local mib label model=${MODEL:-y11} concurrency=${CONCURRENCY:-256} seconds=8
   [ "$DRY" = 1 ] && { concurrency=8; seconds=3; }
-  for mib in 0 default; do
+  for mib in ${POOLS:-0 default}; do  # POOLS="default": generator serve's pool only
     label="handoff-pool-$mib"
     serve_pool "serve-$label" "$mib" "$model" || { bundle handoff; return 4; }
     step "$label" 120 "$RT" -m tools.gpu.handoff_check --url 127.0.0.1:8001 --model "$model" \
