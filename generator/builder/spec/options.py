@@ -27,7 +27,7 @@ SpeedGateMode = Literal["keep-faster", "record", "off"]
 HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
 Device = Literal["cpu", "gpu"]
 DetectorSpin = Literal["off", "run", "alone"]
-GpuHandoff = Literal["device", "host"]
+GpuHandoff = Literal["auto", "device", "host"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
 # TensorRT's TopK takes K below 3840 (onnx-tensorrt operators.md); the in-graph NMS keeps max_det by TopK.
@@ -211,10 +211,14 @@ class BuildOptions:
                                                  "tensor (needs pip install '.[gpu]' where Triton runs)")
     # How the GPU preprocess's batch reaches the next step: "device", one GPU tensor per request, which the Python
     # backend hands over through Triton's CUDA pool one by one on each side; "host", the batch copied to host
-    # memory once and sent as host tensors (the detector copies its batch to the GPU again). Issue 35 weighs them.
-    gpu_handoff: GpuHandoff = option("device", "--gpu-handoff", "with --preprocess-device gpu: 'device' hands each "
+    # memory once and sent as host tensors (a GPU detector copies its batch to the GPU again). "auto": host for the
+    # embedded (Python-backend) detector, where the device hand-off answered some requests under load with another
+    # image's detections and served 15 % fewer images (H100, issue 35, docs/PERFORMANCE.md); device for the native
+    # backends (TensorRT, ONNX Runtime), which read a GPU tensor in place.
+    gpu_handoff: GpuHandoff = option("auto", "--gpu-handoff", "with --preprocess-device gpu: 'device' hands each "
                                      "request's images to the next step in GPU memory; 'host' copies the batch to "
-                                     "host memory once and hands host tensors over")
+                                     "host memory once and hands host tensors over; 'auto': host for --target "
+                                     "embedded, device otherwise")
     # NMS as ONNX NonMaxSuppression at the end of the detector graph (generator.builder.stages.graph.nms): TensorRT runs it
     # on the GPU, ONNX Runtime on the CPU; the Python nms step then only maps boxes back.
     nms_in_graph: bool = option(False, "--nms-in-graph", "run class-aware NMS inside the detector graph (ONNX "
@@ -304,7 +308,7 @@ class BuildOptions:
         if self.detector_spin != "off" and self.target != "embedded":
             raise SpecError(f"--detector-spin {self.detector_spin} sets the embedded detector's session (ONNX "
                             "Runtime in the Python backend): use it with --target embedded")
-        if self.gpu_handoff != "device" and self.preprocess_device != "gpu":
+        if self.gpu_handoff != "auto" and self.preprocess_device != "gpu":
             raise SpecError(f"--gpu-handoff {self.gpu_handoff} sets how the GPU preprocess hands its images over: "
                             "use it with --preprocess-device gpu")
         if self.classifier is not None:
@@ -322,6 +326,15 @@ class BuildOptions:
     def second_stage_boxes(self) -> int:
         """The boxes per image a two-stage build classifies: --classify-boxes, at most --max-detections."""
         return min(self.classify_boxes, self.max_detections)
+
+    @property
+    def preprocess_handoff(self) -> Literal["device", "host"] | None:
+        """How the GPU preprocess hands its images over (``--gpu-handoff``, "auto" resolved); None on the CPU."""
+        if self.preprocess_device != "gpu":
+            return None
+        if self.gpu_handoff != "auto":
+            return self.gpu_handoff
+        return "host" if self.target == "embedded" else "device"
 
     @property
     def detector_device(self) -> Device:

@@ -191,7 +191,7 @@ def _preprocess_context(info: DetectorInfo, options: BuildOptions, io: DetectorI
             "reduced_decode": "true" if options.reduced_decode else "false",
             "output_dtype": "uint8" if options.normalise_in == "graph" else info.input.numpy_dtype,
             **({"preprocess_device": "gpu"} if options.preprocess_device == "gpu" else {}),
-            **({"gpu_handoff": options.gpu_handoff} if options.gpu_handoff != "device" else {}),
+            **({"gpu_handoff": "host"} if options.preprocess_handoff == "host" else {}),
             **task_preprocess_parameters(info),
             **parameters,
         },

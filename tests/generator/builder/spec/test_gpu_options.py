@@ -87,19 +87,24 @@ def test_the_manifest_records_the_device_its_packages_and_the_graph(gpu_repo: Pa
     assert "preprocess_device" not in config(cpu, "yolo_preprocess").parameters
 
 
-def test_the_host_handoff_is_a_preprocess_parameter_and_needs_the_gpu_preprocess(gpu_repo: Path,
-                                                                                   tmp_path: Path) -> None:
-    assert "gpu_handoff" not in config(gpu_repo, "yolo_preprocess").parameters  # "device", the default
+def test_the_gpu_preprocess_hands_over_in_host_memory_to_the_embedded_detector_by_default(gpu_repo: Path,
+                                                                                           tmp_path: Path) -> None:
+    """--gpu-handoff auto: host for the Python-backend detector (the device hand-off answered requests with another
+    image's detections under load on the H100), device for the native backends, which read GPU tensors in place."""
+    assert config(gpu_repo, "yolo_preprocess").parameters["gpu_handoff"].string_value == "host"
+    assert BuildOptions(preprocess_device="gpu", device="gpu").preprocess_handoff == "host"
+    assert BuildOptions(target="tensorrt", preprocess_device="gpu").preprocess_handoff == "device"
+    assert BuildOptions().preprocess_handoff is None
     with pytest.raises(SpecError, match=r"--gpu-handoff host.*--preprocess-device gpu"):
         BuildOptions(gpu_handoff="host")
-    options = BuildOptions(preprocess_device="gpu", gpu_handoff="host", device="gpu")
+    options = BuildOptions(preprocess_device="gpu", gpu_handoff="device", device="gpu")
     flags = to_flags(options)
-    assert flags[flags.index("--gpu-handoff") + 1] == "host"
+    assert flags[flags.index("--gpu-handoff") + 1] == "device"
     assert from_record(BuildOptions, to_record(options), SpecError) == options
-    host = tmp_path / "host"
-    build_repository(DEMO_ONNX, host, options)
-    assert config(host, "yolo_preprocess").parameters["gpu_handoff"].string_value == "host"
-    # the GPU detector takes host tensors as they come (one copy of its batch to the GPU, cuda_provider.stack_tensors)
-    assert config(host, "yolo_detector").parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
-    rebuild = json.loads((host / "manifest.json").read_text())["rebuild"]
-    assert rebuild[rebuild.index("--gpu-handoff") + 1] == "host"
+    device = tmp_path / "device"
+    build_repository(DEMO_ONNX, device, options)
+    assert "gpu_handoff" not in config(device, "yolo_preprocess").parameters
+    # the GPU detector takes GPU or host tensors as they come (cuda_provider.stack_tensors)
+    assert config(device, "yolo_detector").parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
+    rebuild = json.loads((device / "manifest.json").read_text())["rebuild"]
+    assert rebuild[rebuild.index("--gpu-handoff") + 1] == "device"
