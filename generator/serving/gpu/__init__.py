@@ -18,7 +18,7 @@ _EXPORTS = {
     "GpuPreparedBatch": ".batch",
     "GpuPreprocessor": ".batch",
     "GpuUnavailableError": ".runtime",
-    "batch_to_host": ".batch",
+    "HostStaging": ".batch",
     "to_float_nchw": ".batch",
     "triage": ".batch",
 }
