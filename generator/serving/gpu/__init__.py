@@ -18,7 +18,7 @@ _EXPORTS = {
     "GpuPreparedBatch": ".batch",
     "GpuPreprocessor": ".batch",
     "GpuUnavailableError": ".runtime",
-    "HostStaging": ".batch",
+    "batch_to_host": ".batch",
     "to_float_nchw": ".batch",
     "triage": ".batch",
 }

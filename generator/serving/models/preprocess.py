@@ -64,14 +64,14 @@ class TritonPythonModel:
         phases = GPU_PREPROCESS_PHASES if on_gpu else PREPROCESS_PHASES
         self.telemetry = StepMetrics(args, preprocess_series() + phase_series(phases))
         if on_gpu:
-            from ensemble_pipeline.gpu import GpuPreprocessor, HostStaging
+            from ensemble_pipeline.gpu import GpuPreprocessor, batch_to_host
             from ensemble_pipeline.gpu import to_float_nchw as to_float_on_gpu
 
             gpu = GpuPreprocessor.on_device(int(args["model_instance_device_id"]), self.target, self.limits,
                                             self.reduced_decode)
             self.prepare = gpu.prepare_batch
             if params.get("gpu_handoff", "device") == "host":  # one copy of the batch; the rest is the CPU path's
-                self.to_host = HostStaging()
+                self.to_host = batch_to_host
             else:
                 self.to_float = to_float_on_gpu
                 self.images_tensor = pb_utils.Tensor.from_dlpack  # stays on the GPU: the detector reads it there
