@@ -34,14 +34,22 @@ def same(result: DetectionResult, reference: DetectionResult, tolerance_px: floa
     return len(result) == 0 or float(np.abs(result.boxes - reference.boxes).max()) <= tolerance_px
 
 
+def another_image(result: DetectionResult, references: list[DetectionResult], index: int,
+                  tolerance_px: float) -> bool:
+    """``result`` is exactly the detections of another image than ``index`` (one that has any): pixels handed
+    over to the wrong request. An empty answer is never counted, though it equals every image without detections."""
+    return len(result) > 0 and any(same(result, other, tolerance_px)
+                                   for i, other in enumerate(references) if i != index)
+
+
 async def check(args: argparse.Namespace) -> dict[str, object]:
     images = synthetic_images([(1280, 720)], per_size=args.images, seed=7)
     async with AsyncDetectionClient(args.url, model=args.model, timeout_s=120.0) as client:
         references = [await client.detect(image) for image in images]
         order = itertools.cycle(range(len(images)))
         counts = {"requests": 0, "mismatched": 0, "failed": 0}
-        # per image: its requests, its mismatches, and of those how many equal another image's reference (an image
-        # handed over wrongly) and how many differ in count by more than 2 (not detections near the threshold)
+        # per image: its requests, its mismatches, and of those how many are another image's detections exactly (an
+        # image handed over wrongly) and how many differ in count by more than 2 (not detections near the threshold)
         per_image = [{"requests": 0, "mismatched": 0, "another_image": 0, "count_off_by_3_or_more": 0}
                      for _ in images]
         deadline = time.monotonic() + args.seconds
@@ -60,8 +68,7 @@ async def check(args: argparse.Namespace) -> dict[str, object]:
                 if not same(result, references[index], args.tolerance_px):
                     counts["mismatched"] += 1
                     tally["mismatched"] += 1
-                    tally["another_image"] += any(same(result, other, args.tolerance_px)
-                                                  for i, other in enumerate(references) if i != index)
+                    tally["another_image"] += another_image(result, references, index, args.tolerance_px)
                     tally["count_off_by_3_or_more"] += abs(len(result) - len(references[index])) >= 3
 
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
