@@ -204,11 +204,11 @@ class BuildOptions:
     normalise_in: NormaliseIn = option("graph", "--normalise-in", "graph: uint8 images between steps, "
                                        "normalisation fused into the detector; preprocess: float tensors from "
                                        "the Python step (slower, for comparison)")
-    # "gpu": the preprocess instances run on the GPU (nvImageCodec decode, CuPy letterbox) and hand the detector a
-    # GPU tensor (generator.serving.gpu); needs the `gpu` extra where Triton runs.
+    # "gpu": the preprocess instances run on the GPU (nvImageCodec decode, CuPy letterbox) and hand the detector
+    # their batch as --gpu-handoff says (generator.serving.gpu); needs the `gpu` extra where Triton runs.
     preprocess_device: Device = option("cpu", "--preprocess-device", "gpu: decode JPEGs in batches with "
-                                                 "nvImageCodec and letterbox on the GPU; the detector gets a GPU "
-                                                 "tensor (needs pip install '.[gpu]' where Triton runs)")
+                                                 "nvImageCodec and letterbox on the GPU; --gpu-handoff says how the "
+                                                 "detector gets them (needs pip install '.[gpu]' where Triton runs)")
     # How the GPU preprocess's batch reaches the next step: "device", one GPU tensor per request, which the Python
     # backend hands over through Triton's CUDA pool one by one on each side; "host", the batch copied to host
     # memory once and sent as host tensors (a GPU detector copies its batch to the GPU again). "auto": host for the
