@@ -86,10 +86,12 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
     if config.backend != "python" or "onnx_file" not in params:
         return f"detector is {config.platform or config.backend}, not ONNX Runtime in this process"
     (tensor,) = config.input
-    dims = list(tensor.dims)
+    fused = tensor.data_type == model_config_pb2.TYPE_STRING  # --fuse-preprocess: the step takes encoded images
+    # A fused step's graph takes the uint8 letterboxed images of the size its preprocess half letterboxes to.
+    dims = [int(params["input_height"]), int(params["input_width"]), 3] if fused else list(tensor.dims)
     channels_last = dims[-1] == 3
     height, width = (dims[0], dims[1]) if channels_last else (dims[1], dims[2])
-    pre = _detector_config(repository, model, "preprocess")
+    pre = config if fused else _detector_config(repository, model, "preprocess")
     reduced = pre.parameters["reduced_decode"].string_value != "false" if "reduced_decode" in pre.parameters else True
     prepared = prepare_batch(images, (height, width), reduced_decode=reduced).images  # uint8 BGR NHWC, as served
     served = repository / f"{model}_detector" / "1" / params["onnx_file"]
@@ -100,7 +102,7 @@ def served_detector(repository: Path, model: str, images: list[bytes]) -> Served
 
         onnx, baseline = source, "exported source ONNX (float NCHW input)"
         prepared = to_float_nchw(prepared, np.dtype(inspect_onnx(source.path, (height, width)).input.numpy_dtype))
-    elif tensor.data_type != model_config_pb2.TYPE_UINT8:  # the detector wants float NCHW RGB /255
+    elif not fused and tensor.data_type != model_config_pb2.TYPE_UINT8:  # the detector wants float NCHW RGB /255
         dtype = np.float16 if tensor.data_type == model_config_pb2.TYPE_FP16 else np.float32
         prepared = to_float_nchw(prepared, dtype)
     instances = sum(group.count for group in config.instance_group) or 1

@@ -36,6 +36,7 @@ from .errors import LoadTestError
 
 _PARAMETER = re.compile(r'key:\s*"([^"]*)"\s*value\s*\{\s*string_value:\s*"([^"]*)"\s*\}')
 _DIMS = re.compile(r"input\s*\[\s*\{[^}]*?dims:\s*\[([^\]]*)\]", re.DOTALL)
+_FUSED_INPUT = re.compile(r"input\s*\[\s*\{[^}]*?data_type:\s*TYPE_STRING", re.DOTALL)
 
 
 def detector_config(repository: Path, model: str) -> tuple[Path, dict[str, str], list[int]]:
@@ -53,7 +54,9 @@ def detector_config(repository: Path, model: str) -> tuple[Path, dict[str, str],
     if not versions:
         raise LoadTestError(f"{folder} holds no version folder")
     dims = _DIMS.search(text)
-    return versions[-1] / parameters["onnx_file"], parameters, [int(d) for d in dims.group(1).split(",")] if dims else []
+    if dims is None or _FUSED_INPUT.search(text):  # --fuse-preprocess: encoded images in; the graph's from the size
+        return versions[-1] / parameters["onnx_file"], parameters, []
+    return versions[-1] / parameters["onnx_file"], parameters, [int(d) for d in dims.group(1).split(",")]
 
 
 def _input_batch(parameters: dict[str, str], dims: list[int], size: int, control: np.ndarray | None) -> np.ndarray:

@@ -116,6 +116,16 @@ def _python_step_files(model: str, source: str, gpu: bool = False, folder: str =
     return files
 
 
+def _fused_step_files(model: str, gpu: bool, folder: str = "1") -> dict[str, bytes]:
+    """``--fuse-preprocess``: the fused model.py, and the preprocess and detector models beside it as the modules
+    it runs (``detector_fused.py``)."""
+    models = resources.files("generator.serving.models")
+    files = _python_step_files(model, "detector_fused.py", gpu=gpu, folder=folder)
+    for source, module in (("preprocess.py", "preprocess_step.py"), ("detector.py", "detector_step.py")):
+        files[f"{model}/{folder}/{module}"] = models.joinpath(source).read_bytes()
+    return files
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -358,10 +368,14 @@ def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: Det
                              version=version, second_stage=second_stage_render(second, options) if second else None)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
     files[f"{options.name}/{folder}/.keep"] = b""  # an ensemble still needs a version folder
-    for step, source in _STEP_SOURCES.items():
-        if step != "detector" or options.target == "embedded":
-            gpu = step == "preprocess" and options.preprocess_device == "gpu"
-            files.update(_python_step_files(names[step], source, gpu=gpu, folder=folder))
+    if options.fuse_preprocess:
+        files.update(_fused_step_files(names["detector"], options.preprocess_device == "gpu", folder))
+        files.update(_python_step_files(names["nms"], _STEP_SOURCES["nms"], folder=folder))
+    else:
+        for step, source in _STEP_SOURCES.items():
+            if step != "detector" or options.target == "embedded":
+                gpu = step == "preprocess" and options.preprocess_device == "gpu"
+                files.update(_python_step_files(names[step], source, gpu=gpu, folder=folder))
     if second is not None:
         files.update(second_stage_files(second, options, folder, _python_step_files, platform))
     return files, tuple(rendered)
@@ -442,6 +456,9 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     info = inspect_onnx(onnx_path, options.image_size)
     require_served_task(info, options)
     second = inspect_second_stage(info, options)
+    if options.fuse_preprocess and version is not None:
+        raise SpecError("--fuse-preprocess builds one unversioned repository for now: drop --version (rollouts "
+                        "compare the preprocess steps of two versions)")
     if second is not None and version is not None:
         raise SpecError("--classifier builds one unversioned repository for now: drop --version (and build into "
                         "an --output without versions)")

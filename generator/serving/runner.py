@@ -16,7 +16,7 @@ batches; a session that only ever sees one shape pays it once, at load.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,7 @@ class OnnxRunner:
                 f"(available: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu with the CUDA "
                 "and cuDNN libraries it needs where Triton runs, or rebuild with --device cpu")
         self.cuda = cuda
+        self.wait_for_producer: Callable[[], None] = _synchronize_cupy
         (model_input,) = self._session.get_inputs()
         self.input_name: str = model_input.name
         self.input_type: str = model_input.type
@@ -178,6 +179,9 @@ class OnnxRunner:
         if pointer is None:
             binding.bind_cpu_input(self.input_name, np.ascontiguousarray(chunk))
         else:
+            # ONNX Runtime computes on its own stream, which does not wait for CuPy's: the padding above (a copy
+            # into a new array from CuPy's pool, which may still hold an earlier batch) must have landed first.
+            self.wait_for_producer()
             binding.bind_input(self.input_name, "cuda", self.cuda.device_id, np.dtype(chunk.dtype).type,
                                list(chunk.shape), pointer)
         for name in self.output_names:
@@ -209,6 +213,13 @@ def _padded(chunk: Any, size: int) -> Any:
         return chunk
     xp = _array_module(chunk)
     return xp.concatenate([chunk, xp.zeros((missing, *chunk.shape[1:]), dtype=chunk.dtype)])
+
+
+def _synchronize_cupy() -> None:
+    """Wait for the work queued on CuPy's current stream (a GPU batch's making and padding)."""
+    import cupy
+
+    cupy.cuda.get_current_stream().synchronize()
 
 
 def _array_module(array: Any) -> Any:

@@ -47,8 +47,8 @@ since() { echo $(( $(date +%s) - t0 )); }
 # --- here ----------------------------------------------------------------------------------------------------
 build_repos() {  # the repositories the run serves (REPOS, default: demo and y11 in FP32, FP16, INT8), built with
   # the project's command into $W/data; y11_d4 and y11_p4 are y11 with four detector or four preprocess instances
-  local inst=(2 2 2) d4=(2 4 2) p4=(4 2 2) dev=(--device gpu --preprocess-device gpu)
-  [ "$DRY" = 1 ] && { inst=(1 1 1); d4=(1 2 1); p4=(2 1 1); dev=(--device cpu --preprocess-device cpu); }
+  local inst=(2 2 2) d4=(2 4 2) p4=(4 2 2) d3=(2 3 2) dev=(--device gpu --preprocess-device gpu)
+  [ "$DRY" = 1 ] && { inst=(1 1 1); d4=(1 2 1); p4=(2 1 1); d3=(1 2 1); dev=(--device cpu --preprocess-device cpu); }
   # Capacity is measured: queues deep enough that nothing is shed (overload is proven elsewhere).
   local common=("${dev[@]}" --max-batch 32 --max-queue-ms 10000 --service-ms 10 --force)
   "$PY" -c "import onnx; from tests.fixtures.ultralytics import load; onnx.save(load('yolo11-dynamic'), '$W/y11.onnx')" &&
@@ -70,6 +70,9 @@ build_repos() {  # the repositories the run serves (REPOS, default: demo and y11
       # y11_dev: the device hand-off, the default before 2026-12-07 (y11 itself now hands over in host memory)
       y11_dev) args=("${y11[@]}" --instances "${inst[@]}" --no-validate)
                [ "$DRY" = 1 ] || args+=(--gpu-handoff device) ;;
+      # y11_fused, y11_fused3: preprocess and detector in one step (--fuse-preprocess), 2 or 3 instances of it
+      y11_fused) args=("${y11[@]}" --instances "${inst[@]}" --no-validate --fuse-preprocess) ;;
+      y11_fused3) args=("${y11[@]}" --instances "${d3[@]}" --no-validate --fuse-preprocess) ;;
       *) echo "error: no repository named $name"; return 1 ;;
     esac
     "$PY" -m generator build --name "$name" --output "$W/data/$name" "${args[@]}" "${common[@]}" || return 1

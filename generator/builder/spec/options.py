@@ -219,6 +219,11 @@ class BuildOptions:
                                      "request's images to the next step in GPU memory; 'host' copies the batch to "
                                      "host memory once and hands host tensors over; 'auto': host for --target "
                                      "embedded, device otherwise")
+    # One Python step for preprocess and detector (serving/models/detector_fused.py): the batch goes from the decoder
+    # to the session in one process, on the GPU without leaving device memory (issue 35, docs/PERFORMANCE.md).
+    fuse_preprocess: bool = option(False, "--fuse-preprocess", "--target embedded: decode, letterbox and run the "
+                                   "detector in one step (the preprocess step's code and checks, no hand-off "
+                                   "between them; on the GPU the batch stays in device memory)")
     # NMS as ONNX NonMaxSuppression at the end of the detector graph (generator.builder.stages.graph.nms): TensorRT runs it
     # on the GPU, ONNX Runtime on the CPU; the Python nms step then only maps boxes back.
     nms_in_graph: bool = option(False, "--nms-in-graph", "run class-aware NMS inside the detector graph (ONNX "
@@ -311,10 +316,26 @@ class BuildOptions:
         if self.gpu_handoff != "auto" and self.preprocess_device != "gpu":
             raise SpecError(f"--gpu-handoff {self.gpu_handoff} sets how the GPU preprocess hands its images over: "
                             "use it with --preprocess-device gpu")
+        if self.fuse_preprocess:
+            self._check_fused()
         if self.classifier is not None:
             self._check_second_stage()
         if self.tensorrt.defer_plan and self.target != "tensorrt":
             raise SpecError("--defer-plan leaves the TensorRT plan to build later: use it with --target tensorrt")
+
+    def _check_fused(self) -> None:
+        """A fused preprocess and detector is one Python step: the embedded detector, uint8 images, one stage."""
+        if self.target != "embedded":
+            raise SpecError(f"--fuse-preprocess runs the detector inside the Python step: --target {self.target} "
+                            "serves it on its own backend; use --target embedded")
+        if self.gpu_handoff != "auto":
+            raise SpecError(f"--gpu-handoff {self.gpu_handoff} sets how the preprocess hands its images to a separate "
+                            "detector step: --fuse-preprocess has none; give one")
+        if self.normalise_in != "graph":
+            raise SpecError("--fuse-preprocess hands the detector uint8 images: drop --normalise-in preprocess")
+        if self.classifier is not None:
+            raise SpecError("--fuse-preprocess serves one detector: drop --classifier (two-stage builds keep their "
+                            "steps apart)")
 
     def _check_second_stage(self) -> None:
         """What a two-stage build (--classifier) supports today; the rest is refused by name."""
@@ -332,6 +353,8 @@ class BuildOptions:
         """How the GPU preprocess hands its images over (``--gpu-handoff``, "auto" resolved); None on the CPU."""
         if self.preprocess_device != "gpu":
             return None
+        if self.fuse_preprocess:  # no hand-off: the batch stays where the detector runs
+            return "host" if self.detector_device == "cpu" else "device"
         if self.gpu_handoff != "auto":
             return self.gpu_handoff
         return "host" if self.target == "embedded" else "device"

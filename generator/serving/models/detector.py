@@ -37,6 +37,11 @@ from ensemble_pipeline.runner import OnnxRunner, batch_buckets, served_item, ste
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
+        self.configure(args)
+        self.telemetry = StepMetrics(args, phase_series(self.phases))
+
+    def configure(self, args: dict[str, str]) -> None:
+        """Everything but the telemetry, which a fused step (detector_fused.py) shares with its preprocess."""
         params = parameters(args)
         config = json.loads(args["model_config"])
         path = Path(args["model_repository"]) / args["model_version"] / params["onnx_file"]
@@ -56,12 +61,13 @@ class TritonPythonModel:
         if spin == "alone" and cuda is None:
             self.alone = (Activity(lock_path(args["model_repository"])),
                           OnnxRunner(str(path), threads, spin_wait=True, spin_stop=True))
-        phases = GPU_DETECTOR_PHASES if cuda else ALONE_DETECTOR_PHASES if self.alone else DETECTOR_PHASES
-        self.telemetry = StepMetrics(args, phase_series(phases))
+        self.phases = GPU_DETECTOR_PHASES if cuda else ALONE_DETECTOR_PHASES if self.alone else DETECTOR_PHASES
         if cuda is not None:
             # Each session sets up its cuDNN state, kernels and memory on its first run: all of them now.
             size = (int(params["input_height"]), int(params["input_width"]))
-            warmed = self.runner.warm_up((1, max_batch), served_item([int(d) for d in config["input"][0]["dims"]], size))
+            # The graph's own input shape: a fused step's config input is the encoded image (detector_fused.py).
+            dims = [d if isinstance(d, int) else -1 for d in self.runner.input_shape[-3:]]
+            warmed = self.runner.warm_up((1, max_batch), served_item(dims, size))
             pb_utils.Logger.log_info(f"detector: CUDA provider on GPU {self.device_id} ({cuda.parameters()}), "
                                      f"sessions warmed up at batch {warmed}")
             check = params.get(CHECK_PARAMETER)
@@ -79,7 +85,7 @@ class TritonPythonModel:
                 tensors = [pb_utils.get_input_tensor_by_name(r, self.runner.input_name) for r in requests]
                 batch, sizes = stack_tensors(tensors, self.device_id)
             clock.lap("inputs")
-            outputs = self._run(batch, clock)
+            outputs = self.run(batch, clock)
             responses = split_responses(dict(zip(self.runner.output_names, outputs, strict=True)), sizes)
             clock.lap("responses")
             self.telemetry.add(clock.counts())
@@ -87,7 +93,8 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001 -- logged server-side, generic error to the client
             return failed(requests, "detector", exc)
 
-    def _run(self, batch: Any, clock: PhaseClock) -> list[Any]:
+    def run(self, batch: Any, clock: PhaseClock) -> list[Any]:
+        """The detector's outputs of ``batch`` (host arrays), on the spinning session for a run alone."""
         if self.alone is None:
             return self.runner.run(batch, clock.lap)
         activity, spinning = self.alone

@@ -42,6 +42,11 @@ cv2.setNumThreads(1)
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
+        self.configure(args)
+        self.telemetry = StepMetrics(args, preprocess_series() + phase_series(self.phases))
+
+    def configure(self, args: dict[str, str]) -> None:
+        """Everything but the telemetry, which a fused step (detector_fused.py) shares with its detector."""
         params = parameters(args)
         self.target = (int(params["input_height"]), int(params["input_width"]))
         self.limits = ImageLimits(
@@ -61,8 +66,7 @@ class TritonPythonModel:
         self.images_tensor: Callable[[str, Any], Any] = self._host_tensor
         self.to_host: Callable[[Any], Any] | None = None
         on_gpu = params.get("preprocess_device", "cpu") == "gpu"
-        phases = GPU_PREPROCESS_PHASES if on_gpu else PREPROCESS_PHASES
-        self.telemetry = StepMetrics(args, preprocess_series() + phase_series(phases))
+        self.phases = GPU_PREPROCESS_PHASES if on_gpu else PREPROCESS_PHASES
         if on_gpu:
             from ensemble_pipeline.gpu import GpuPreprocessor, batch_to_host
             from ensemble_pipeline.gpu import to_float_nchw as to_float_on_gpu
@@ -104,6 +108,29 @@ class TritonPythonModel:
 
     def _execute(self, requests: list[Any]) -> list[Any]:
         clock = PhaseClock()
+        batch, bounds = self.prepare_requests(requests, clock)
+        slot_of = {position: slot for slot, position in enumerate(batch.index)}
+        responses = []
+        for start, stop in bounds:
+            error = request_error(batch, start, stop)
+            if error is not None:
+                responses.append(error)
+                continue
+            slots = request_slots(slot_of, start, stop)
+            images = batch.images[slots]
+            if self.output_dtype != np.uint8:
+                images = self.to_float(images, self.output_dtype)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                self.images_tensor(PREPROCESSED, images),
+                pb_utils.Tensor(LETTERBOX, np.ascontiguousarray(batch.letterbox[slots])),
+            ]))
+        clock.lap("responses")
+        self.telemetry.add(clock.counts())
+        return responses
+
+    def prepare_requests(self, requests: list[Any], clock: PhaseClock) -> tuple[Any, list[tuple[int, int]]]:
+        """Every request's images decoded and letterboxed as one batch (rejections counted), and each request's
+        (start, stop) among the batch's input positions; ``clock`` ends the phases up to the responses."""
         encoded: list[bytes] = []
         bounds: list[tuple[int, int]] = []
         for request in requests:
@@ -121,26 +148,20 @@ class TritonPythonModel:
         else:
             reasons = [reason for position, reason in batch.reasons.items() if keep[position]]
             self.telemetry.add(rejection_counts(int(keep.sum()), reasons))
-        slot_of = {position: slot for slot, position in enumerate(batch.index)}
+        return batch, bounds
 
-        responses = []
-        for start, stop in bounds:
-            bad = [p for p in range(start, stop) if p in batch.errors]
-            if bad:
-                where = f"image {bad[0] - start}: " if stop - start > 1 else ""
-                error = pb_utils.TritonError(
-                    f"invalid image: {where}{batch.errors[bad[0]]}", pb_utils.TritonError.INVALID_ARG
-                )
-                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
-                continue
-            slots = slice(slot_of[start], slot_of[stop - 1] + 1) if stop > start else slice(0, 0)
-            images = batch.images[slots]
-            if self.output_dtype != np.uint8:
-                images = self.to_float(images, self.output_dtype)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                self.images_tensor(PREPROCESSED, images),
-                pb_utils.Tensor(LETTERBOX, np.ascontiguousarray(batch.letterbox[slots])),
-            ]))
-        clock.lap("responses")
-        self.telemetry.add(clock.counts())
-        return responses
+
+def request_error(batch: Any, start: int, stop: int) -> Any | None:
+    """The error response of the request whose images are input positions [start, stop), if one was rejected
+    (the first bad image's message); None when all of them were prepared."""
+    bad = [p for p in range(start, stop) if p in batch.errors]
+    if not bad:
+        return None
+    where = f"image {bad[0] - start}: " if stop - start > 1 else ""
+    error = pb_utils.TritonError(f"invalid image: {where}{batch.errors[bad[0]]}", pb_utils.TritonError.INVALID_ARG)
+    return pb_utils.InferenceResponse(output_tensors=[], error=error)
+
+
+def request_slots(slot_of: dict[int, int], start: int, stop: int) -> slice:
+    """The batch slots of a request whose images (input positions [start, stop)) were all prepared."""
+    return slice(slot_of[start], slot_of[stop - 1] + 1) if stop > start else slice(0, 0)

@@ -135,6 +135,7 @@ def bound_runner(tmp_path: Path, static: int | str) -> tuple[OnnxRunner, list[Bi
 
     runner._session = Session()
     runner.cuda = CudaSettings(device_id=2)
+    runner.wait_for_producer = lambda: None  # NumPy stand-ins for GPU arrays: no CuPy stream to wait for
     return runner, bindings
 
 
@@ -152,6 +153,19 @@ def test_cuda_runs_bind_a_gpu_batch_where_it_lies(tmp_path: Path) -> None:
     batch = np.zeros((1, 3, 64, 64), np.float32)
     runner.run(DeviceArray(batch))
     assert bindings[0].calls[0] == ("input", "images", "cuda", 2, np.float32, (1, 3, 64, 64), batch.ctypes.data)
+
+
+def test_a_gpu_batch_is_finished_on_cupys_stream_before_the_session_reads_it(tmp_path: Path) -> None:
+    """ONNX Runtime's stream does not wait for CuPy's: every bound GPU batch waits for its producer first."""
+    from tests.generator.serving.helpers import DeviceArray
+
+    runner, bindings = bound_runner(tmp_path, "batch")
+    waits: list[int] = []
+    runner.wait_for_producer = lambda: waits.append(len(bindings[-1].calls) if bindings else -1)
+    runner.run(DeviceArray(np.zeros((2, 3, 64, 64), np.float32)))
+    assert waits == [0]  # before the input is bound and the session runs
+    runner.run(np.zeros((1, 3, 64, 64), np.float32))
+    assert waits == [0]  # a host batch: ONNX Runtime copies it itself
 
 
 def test_static_batches_run_in_chunks_of_the_static_size(tmp_path: Path) -> None:

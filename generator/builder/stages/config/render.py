@@ -209,6 +209,15 @@ def preprocess_placement(options: BuildOptions) -> dict[str, str]:
     return {"instance_kind": "KIND_GPU"} if options.preprocess_device == "gpu" else {}
 
 
+def fused_context(preprocess: dict[str, Any], detector: dict[str, Any]) -> dict[str, Any]:
+    """``--fuse-preprocess``: the detector step takes the encoded images and reads both steps' parameters (they
+    agree where they share a key: the served image size). Its instances and batching are the detector's (the
+    embedded detector batches up to --max-batch, as the preprocess does), on the GPU when either half runs there."""
+    on_gpu = "KIND_GPU" in (preprocess.get("instance_kind"), detector["instance_kind"])
+    return {**detector, "instance_kind": "KIND_GPU" if on_gpu else "KIND_CPU",
+            "parameters": {**preprocess["parameters"], **detector["parameters"]}}
+
+
 def _nms_context(info: DetectorInfo, options: BuildOptions, io: DetectorIO, parameters: dict[str, str],
                  batching: dict[str, Any]) -> dict[str, Any]:
     return {
@@ -307,14 +316,17 @@ def render_models(
     extra = extra_parameters or {}
     cuda_graphs = options.target == "tensorrt" and options.tensorrt.cuda_graphs
     preprocess_parameters = {**decode_parameters(options), **extra.get("preprocess", {})}
+    preprocess = _preprocess_context(info, options, io, preprocess_parameters, batching)
+    detector_step = _detector_context(io, options, extra.get("detector", {}), batching, cuda_graphs,
+                                      info.image_size, info.static_batch)
     contexts: dict[str, tuple[str, dict[str, Any]]] = {
-        "preprocess": ("preprocess.pbtxt.j2",
-                       _preprocess_context(info, options, io, preprocess_parameters, batching)),
-        "detector": (_DETECTOR_TEMPLATES[options.target],
-                     _detector_context(io, options, extra.get("detector", {}), batching, cuda_graphs,
-                                       info.image_size, info.static_batch)),
+        "preprocess": ("preprocess.pbtxt.j2", preprocess),
+        "detector": (_DETECTOR_TEMPLATES[options.target], detector_step),
         "nms": ("nms.pbtxt.j2", _nms_context(info, options, io, extra.get("nms", {}), batching)),
     }
+    if options.fuse_preprocess:
+        del contexts["preprocess"]
+        contexts["detector"] = ("detector_fused.pbtxt.j2", fused_context(preprocess, detector_step))
     if second_stage is not None:
         contexts.update(second_stage.contexts(batching, {**_image_limits(options), **preprocess_parameters}))
     rendered: dict[str, RenderedModel] = {}
@@ -341,7 +353,7 @@ def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: Build
         max_detections=options.max_detections,
         task_outputs=task_outputs(info, options.max_detections, options.top_k),
         classify=classifies(info),
-        preprocess=names["preprocess"],
+        preprocess=None if options.fuse_preprocess else names["preprocess"],
         detector=names["detector"],
         nms=names["nms"],
         detector_input=io.input.name,
