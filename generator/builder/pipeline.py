@@ -368,7 +368,7 @@ def _model_files(info_served: DetectorInfo, options: BuildOptions, detector: Det
                              version=version, second_stage=second_stage_render(second, options) if second else None)
     files = {f"{model_name}/config.pbtxt": r.text.encode() for model_name, r in rendered.items()}
     files[f"{options.name}/{folder}/.keep"] = b""  # an ensemble still needs a version folder
-    if options.fuse_preprocess:
+    if options.fused:
         files.update(_fused_step_files(names["detector"], options.preprocess_device == "gpu", folder))
         files.update(_python_step_files(names["nms"], _STEP_SOURCES["nms"], folder=folder))
     else:
@@ -456,9 +456,12 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     info = inspect_onnx(onnx_path, options.image_size)
     require_served_task(info, options)
     second = inspect_second_stage(info, options)
-    if options.fuse_preprocess and version is not None:
-        raise SpecError("--fuse-preprocess builds one unversioned repository for now: drop --version (rollouts "
-                        "compare the preprocess steps of two versions)")
+    if options.fused and version is not None:
+        if options.fuse_preprocess == "on":
+            raise SpecError("--fuse-preprocess on builds one unversioned repository for now: drop --version (a "
+                            "rollout compares the preprocess steps of two versions)")
+        logger.info("A versioned build keeps preprocess and detector apart (--fuse-preprocess auto)")
+        options = dataclasses.replace(options, fuse_preprocess="off")
     if second is not None and version is not None:
         raise SpecError("--classifier builds one unversioned repository for now: drop --version (and build into "
                         "an --output without versions)")

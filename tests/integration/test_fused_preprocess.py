@@ -27,9 +27,9 @@ DEFAULT, FUSED = "yolo_steps", "yolo_fused"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     root = tmp_path_factory.mktemp("fused_preprocess")
     build_repository(DEMO_ONNX, root / "default", BuildOptions(name=DEFAULT))
-    fused = build_repository(DEMO_ONNX, root / "fused", BuildOptions(name=FUSED, fuse_preprocess=True))
+    fused = build_repository(DEMO_ONNX, root / "fused", BuildOptions(name=FUSED, fuse_preprocess="on"))
     assert fused.models == (FUSED, f"{FUSED}_detector", f"{FUSED}_nms")
-    assert "--fuse-preprocess" in fused.manifest.rebuild
+    assert "--fuse-preprocess" in fused.manifest.rebuild and "on" in fused.manifest.rebuild
     with EmbeddedServer(root / "default", free_port(), free_port(), free_port(), log_file=root / "tritonserver.log",
                         extra_args=(f"--model-repository={root / 'fused'}",)) as running:
         yield running

@@ -70,9 +70,13 @@ build_repos() {  # the repositories the run serves (REPOS, default: demo and y11
       # y11_dev: the device hand-off, the default before 2026-12-07 (y11 itself now hands over in host memory)
       y11_dev) args=("${y11[@]}" --instances "${inst[@]}" --no-validate)
                [ "$DRY" = 1 ] || args+=(--gpu-handoff device) ;;
-      # y11_fused, y11_fused3: preprocess and detector in one step (--fuse-preprocess), 2 or 3 instances of it
-      y11_fused) args=("${y11[@]}" --instances "${inst[@]}" --no-validate --fuse-preprocess) ;;
-      y11_fused3) args=("${y11[@]}" --instances "${d3[@]}" --no-validate --fuse-preprocess) ;;
+      # y11_fused, y11_fused3: preprocess and detector in one step (--fuse-preprocess on, y11's default since
+      # 2026-12-07), 2 or 3 instances of it
+      y11_fused) args=("${y11[@]}" --instances "${inst[@]}" --no-validate --fuse-preprocess on) ;;
+      y11_fused3) args=("${y11[@]}" --instances "${d3[@]}" --no-validate --fuse-preprocess on) ;;
+      # y11_steps: three steps, the GPU preprocess handing its batch over in host memory (y11's default before
+      # --fuse-preprocess auto, 2026-12-07)
+      y11_steps) args=("${y11[@]}" --instances "${inst[@]}" --no-validate --fuse-preprocess off) ;;
       *) echo "error: no repository named $name"; return 1 ;;
     esac
     "$PY" -m generator build --name "$name" --output "$W/data/$name" "${args[@]}" "${common[@]}" || return 1

@@ -324,7 +324,7 @@ def render_models(
         "detector": (_DETECTOR_TEMPLATES[options.target], detector_step),
         "nms": ("nms.pbtxt.j2", _nms_context(info, options, io, extra.get("nms", {}), batching)),
     }
-    if options.fuse_preprocess:
+    if options.fused:
         del contexts["preprocess"]
         contexts["detector"] = ("detector_fused.pbtxt.j2", fused_context(preprocess, detector_step))
     if second_stage is not None:
@@ -353,7 +353,7 @@ def _render_ensemble(env: jinja2.Environment, info: DetectorInfo, options: Build
         max_detections=options.max_detections,
         task_outputs=task_outputs(info, options.max_detections, options.top_k),
         classify=classifies(info),
-        preprocess=None if options.fuse_preprocess else names["preprocess"],
+        preprocess=None if options.fused else names["preprocess"],
         detector=names["detector"],
         nms=names["nms"],
         detector_input=io.input.name,

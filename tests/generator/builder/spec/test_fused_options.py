@@ -19,8 +19,7 @@ from generator.serving.contract import IMAGE, LETTERBOX
 @pytest.fixture(scope="module")
 def gpu_fused(tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("fused") / "repo"
-    build_repository(DEMO_ONNX, output, BuildOptions(fuse_preprocess=True, preprocess_device="gpu", device="gpu",
-                                                     instances=(1, 3, 1)))
+    build_repository(DEMO_ONNX, output, BuildOptions(preprocess_device="gpu", device="gpu", instances=(1, 3, 1)))  # fused: auto)
     return output
 
 
@@ -29,9 +28,22 @@ def config(repo: Path, model: str) -> mc.ModelConfig:
 
 
 def test_flag_round_trips_through_the_manifest_record() -> None:
-    options = BuildOptions(fuse_preprocess=True, preprocess_device="gpu", device="gpu")
-    assert "--fuse-preprocess" in to_flags(options)
+    options = BuildOptions(fuse_preprocess="on")
+    assert to_flags(options) == ["--fuse-preprocess", "on"]
     assert from_record(BuildOptions, to_record(options), SpecError) == options
+
+
+@pytest.mark.parametrize(("kwargs", "fused"), [
+    ({"preprocess_device": "gpu", "device": "gpu"}, True),  # where it was measured to win (H100)
+    ({}, False),  # the CPU: the three steps
+    ({"preprocess_device": "gpu"}, False),  # a CPU detector
+    ({"preprocess_device": "gpu", "device": "gpu", "gpu_handoff": "host"}, False),  # separate steps asked for
+    ({"preprocess_device": "gpu", "device": "gpu", "target": "onnxruntime"}, False),
+    ({"fuse_preprocess": "on"}, True),
+    ({"preprocess_device": "gpu", "device": "gpu", "fuse_preprocess": "off"}, False),
+])
+def test_auto_fuses_the_gpu_preprocess_into_the_embedded_gpu_detector(kwargs: dict[str, str], fused: bool) -> None:
+    assert BuildOptions(**kwargs).fused is fused  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -41,13 +53,15 @@ def test_flag_round_trips_through_the_manifest_record() -> None:
 ])
 def test_combinations_it_cannot_serve_are_refused_by_name(kwargs: dict[str, str], message: str) -> None:
     with pytest.raises(SpecError, match=message):
-        BuildOptions(fuse_preprocess=True, **kwargs)  # type: ignore[arg-type]
+        BuildOptions(fuse_preprocess="on", **kwargs)  # type: ignore[arg-type]
 
 
-def test_a_versioned_build_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="--fuse-preprocess builds one unversioned repository"):
-        build_files(DEMO_ONNX, tmp_path / "repo", BuildOptions(fuse_preprocess=True), version=2)
+def test_a_versioned_build_keeps_the_steps_apart_unless_fusing_was_asked_for(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="--fuse-preprocess on builds one unversioned repository"):
+        build_files(DEMO_ONNX, tmp_path / "repo", BuildOptions(fuse_preprocess="on"), version=2)
     assert not (tmp_path / "repo").exists()
+    built = build_files(DEMO_ONNX, tmp_path / "repo", BuildOptions(preprocess_device="gpu", device="gpu"), version=2)
+    assert "yolo_preprocess" in built.models and built.manifest.options["fuse_preprocess"] == "off"
 
 
 def test_two_steps_the_first_taking_the_encoded_images_on_the_gpu(gpu_fused: Path) -> None:

@@ -92,7 +92,9 @@ def test_the_gpu_preprocess_hands_over_in_host_memory_to_the_embedded_detector_b
     """--gpu-handoff auto: host for the Python-backend detector (the device hand-off answered requests with another
     image's detections under load on the H100), device for the native backends, which read GPU tensors in place."""
     assert config(gpu_repo, "yolo_preprocess").parameters["gpu_handoff"].string_value == "host"
-    assert BuildOptions(preprocess_device="gpu", device="gpu").preprocess_handoff == "host"
+    assert BuildOptions(preprocess_device="gpu", device="gpu", fuse_preprocess="off").preprocess_handoff == "host"
+    # fused (the default there): nothing handed over, the batch stays on the GPU for the detector
+    assert BuildOptions(preprocess_device="gpu", device="gpu").preprocess_handoff == "device"
     assert BuildOptions(target="tensorrt", preprocess_device="gpu").preprocess_handoff == "device"
     assert BuildOptions().preprocess_handoff is None
     with pytest.raises(SpecError, match=r"--gpu-handoff host.*--preprocess-device gpu"):

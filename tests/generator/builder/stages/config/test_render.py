@@ -123,7 +123,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize(("scenario", "model"), [
     ("onnxruntime_cpu", "yolo_detector"), ("onnxruntime_gpu", "yolo_detector"),
     ("onnxruntime_static1", "yolo_detector"), ("onnxruntime_static1", "yolo"),
-    ("tensorrt_deferred", "yolo_detector"), ("embedded_gpu", "yolo_detector"), ("onnxruntime_cuda", "yolo_detector"),
+    ("tensorrt_deferred", "yolo_detector"), ("embedded_gpu", "yolo_detector"), ("embedded_gpu", "yolo"),
+    ("onnxruntime_cuda", "yolo_detector"),
 ])
 def test_built_golden_configs(built: dict[str, Path], scenario: str, model: str) -> None:
     assert_golden(f"{scenario}/{model}.pbtxt", (built[scenario] / model / "config.pbtxt").read_text())
@@ -136,7 +137,7 @@ def test_deferred_build_spec_golden(built: dict[str, Path]) -> None:
 
 def test_every_golden_parses_with_the_triton_proto() -> None:
     goldens = sorted(GOLDEN.rglob("*.pbtxt"))
-    assert len(goldens) == 4 + 4 + 7, [p.relative_to(GOLDEN).as_posix() for p in goldens]
+    assert len(goldens) == 4 + 4 + 8, [p.relative_to(GOLDEN).as_posix() for p in goldens]
     for path in goldens:
         config = parse_config(path.stem, path.read_text())
         assert config.name == path.stem
