@@ -67,7 +67,7 @@ build_repos() {  # the repositories the run serves (REPOS, default: demo and y11
       y11_pb) args=("${y11[@]}" --instances "${inst[@]}" --no-validate) ;;
       y11_host) args=("${y11[@]}" --instances "${inst[@]}" --no-validate)
                 [ "$DRY" = 1 ] || args+=(--gpu-handoff host) ;;  # a CPU rehearsal has no GPU preprocess
-      # y11_dev: the device hand-off, the default before 2026-12-07 (y11 itself now hands over in host memory)
+      # y11_dev: the device hand-off, the default before 2026-12-07 (y11 itself is now one fused step)
       y11_dev) args=("${y11[@]}" --instances "${inst[@]}" --no-validate)
                [ "$DRY" = 1 ] || args+=(--gpu-handoff device) ;;
       # y11_fused, y11_fused3: preprocess and detector in one step (--fuse-preprocess on, y11's default since
@@ -373,8 +373,9 @@ bound() {  # issue 28: which step bounds the GPU pipeline. y11 as built (2/2/2 i
   # detector (y11_d4) or four preprocess (y11_p4) instances, at LEVELS in flight (default 64,128), y11 again last
   # (the drift), the engine alone beside them, the GPU series scraped (REPOS="y11 y11_d4 y11_p4" at prepare;
   # BOUND="y11 ..." other repositories served beside y11, y11 first: y11_pb, the detector preferring its buckets;
-  # y11_host, the GPU preprocess handing its batch over in host memory, --gpu-handoff host, now y11's own default;
-  # y11_dev, the device hand-off)
+  # y11_host, the GPU preprocess handing its batch over in host memory, --gpu-handoff host; y11_dev, the device
+  # hand-off; y11_fused, y11_fused3, one step for preprocess and detector, y11's own default since 2026-12-07;
+  # y11_steps, three steps as y11 was before)
   mkdir -p "$T/logs" "$OUT" && rm -rf "$OUT"/* && touch "$OUT/steps.txt"
   [ "$DRY" = 1 ] && ip link set lo up 2>/dev/null
   runtime || return 3

@@ -213,10 +213,11 @@ class BuildOptions:
     # How the GPU preprocess's batch reaches the next step: "device", one GPU tensor per request, which the Python
     # backend hands over through Triton's CUDA pool one by one on each side; "host", the batch copied to host
     # memory once and sent as host tensors (a GPU detector copies its batch to the GPU again). "auto": host for the
-    # embedded (Python-backend) detector, where the device hand-off answered some requests under load with another
-    # image's detections and served 15 % fewer images (H100, issue 35, docs/PERFORMANCE.md); device for the native
-    # backends (TensorRT, ONNX Runtime), which read a GPU tensor in place.
-    gpu_handoff: GpuHandoff = option("auto", "--gpu-handoff", "with --preprocess-device gpu: 'device' hands each "
+    # embedded (Python-backend) detector, where the device hand-off served 15 % fewer images (H100, issue 35,
+    # docs/PERFORMANCE.md; its wrong answers under load were the runner's missing wait for CuPy's stream, fixed);
+    # device for the native backends (TensorRT, ONNX Runtime), which read a GPU tensor in place.
+    gpu_handoff: GpuHandoff = option("auto", "--gpu-handoff", "with --preprocess-device gpu and separate steps "
+                                     "(--fuse-preprocess off; given, auto does not fuse): 'device' hands each "
                                      "request's images to the next step in GPU memory; 'host' copies the batch to "
                                      "host memory once and hands host tensors over; 'auto': host for --target "
                                      "embedded, device otherwise")
