@@ -268,7 +268,9 @@ def _health_specs(every: str) -> list[Spec]:
 
 def _quality_specs(s: Settings) -> list[Spec]:
     """What the model answers: empty and capped outputs, detections per image, scores, rejected images."""
-    nms, pre = f'model=~"{s.step_regex("nms")}"', f'model=~"{s.step_regex("preprocess")}"'
+    # The image counters come from the step that decodes: the preprocess, or the detector of a fused build
+    # (--fuse-preprocess); a separate detector step publishes none.
+    nms, pre = f'model=~"{s.step_regex("nms")}"', f'model=~"{s.step_regex("(preprocess|detector)")}"'
     win = "[5m]"
 
     def share(metric: str, model: str) -> str:

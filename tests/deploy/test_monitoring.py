@@ -44,7 +44,7 @@ def test_dashboard_covers_rate_latency_queue_failures_and_gpu(dashboard: dict[st
 
 
 def test_dashboard_shows_the_quality_telemetry_per_version(dashboard: dict[str, Any], settings: Settings) -> None:
-    nms, pre = f'model=~"{settings.step_regex("nms")}"', f'model=~"{settings.step_regex("preprocess")}"'
+    nms, pre = f'model=~"{settings.step_regex("nms")}"', f'model=~"{settings.step_regex("(preprocess|detector)")}"'
     outputs = _exprs(dashboard, "Empty and capped outputs")
     assert any("ensemble_empty_outputs_total" in e and nms in e and "by (version)" in e for e in outputs)
     assert any("ensemble_capped_outputs_total" in e for e in outputs)
