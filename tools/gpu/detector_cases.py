@@ -37,7 +37,9 @@ class Case:
     sweep: bool = False  # end to end at concurrency 1..128
 
 
-GPU_PRE = {"preprocess_device": "gpu"}
+# The three steps these runs measured (tools.gpu.detector_load reads each step's statistics); one fused step is
+# measured by tools/gpu/offline_run.sh (y11, y11_fused).
+GPU_PRE = {"preprocess_device": "gpu", "fuse_preprocess": "off"}
 CASES: dict[str, Case] = {
     # The committed CPU-detector runs used the default instances (1 2 1) and batches of 8.
     "demo_fp32_default": Case("demo", {}, sweep=True),
