@@ -31,7 +31,9 @@ TEGRASTATS = "/usr/bin/tegrastats"
 NVPMODEL = "/usr/sbin/nvpmodel"
 NVPMODEL_CONF = "/etc/nvpmodel.conf"
 JETSON_METRICS_PATH = "/opt/deploy/jetson_metrics.py"
-INSTANCES = (1, 1, 1)
+# Two of each Python step (with one, Triton's batcher can leave a request waiting behind a free instance:
+# generator/builder/stages/config/stranding.py); one TensorRT detector, for the board's shared memory.
+INSTANCES = (2, 1, 2)
 
 
 def base_image(settings: Settings) -> str:

@@ -483,8 +483,8 @@ def _target_options(s: Settings, target: Target) -> dict[str, tuple[str, Any]]:
         # The CPU stack always preprocesses on the CPU.
         "preprocess_device": ("preprocess_device", s.preprocess_device if gpu else "cpu"),
         # The GPU stack: python_instances of preprocess and NMS, two detector instances (one's copies overlap the
-        # other's compute). The CPU stack takes the generator's own default (one preprocess, two detector instances
-        # each with every core, one NMS: docs/BUILDING.md); spelling --instances out would split the cores.
+        # other's compute). The CPU stack takes the generator's own default (two of each step, the detector's each
+        # with every core: docs/BUILDING.md); spelling --instances out would split the cores.
         "instances": ("python_instances", (s.python_instances, 2, s.python_instances) if gpu else None),
         "max_queue_ms": ("max_queue_ms", s.max_queue_ms or None),  # 0: derived by the generator
         "calibration.calib_images": ("calib_images", Path(CALIB_IMAGES_PATH) if s.calib_images else None),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -30,9 +31,10 @@ from generator.builder.spec.declarations import to_flags, to_record
 from generator.builder.spec.options import BuildOptions, SpecError
 from generator.builder.stages.admission import budget_warning, build_admission
 from generator.builder.stages.config.detector_io import DetectorIO, declared_io, detector_io
-from generator.builder.stages.config.load_rules import check_load_rules
+from generator.builder.stages.config.load_rules import check_load_rules, parse
 from generator.builder.stages.config.model_io import ModelIO, onnxruntime_io
 from generator.builder.stages.config.render import render_models
+from generator.builder.stages.config.stranding import stranding_warning
 from generator.builder.stages.graph.nms import NMS_OUTPUT, NMS_ROWS, NmsSettings, add_nms
 from generator.builder.stages.graph.placement import NmsPlacement, nms_placement
 from generator.builder.stages.graph.prefix import SERVED_INPUT, add_normalisation_prefix
@@ -441,6 +443,14 @@ def build_repository(
     return BuildResult(output, built.info, built.models, built.manifest)
 
 
+def _warn_single_instances(files: Mapping[str, bytes]) -> None:
+    """Say which steps run one instance, where Triton's batcher can leave a request waiting (stranding.py)."""
+    configs = {path.split("/")[0]: parse(path, data.decode()) for path, data in files.items()
+               if path.endswith("/config.pbtxt")}
+    if warning := stranding_warning(configs):
+        logger.warning("%s", warning)
+
+
 def build_files(onnx_path: Path, output: Path, options: BuildOptions,
                 precision_transform: PrecisionTransform | None = None, version: int | None = None) -> BuiltFiles:
     """Every file of one build, checked against Triton's load rules (and the gate), plus its manifest.
@@ -490,6 +500,7 @@ def build_files(onnx_path: Path, output: Path, options: BuildOptions,
     if platform is not None and second is not None:
         backend_io[second.names(options)["classifier"]] = platform.backend_io
     check_load_rules(files, backend_io, pending)
+    _warn_single_instances(files)
     files.update({**lowered.gate_files, **second_files})
     manifest = _manifest(onnx_path, output, info, info_served.layout, options, {**lowered.facts, **second_facts},
                          files, lowered.validated, detector.plan, admission, placement, lowered.recorded)

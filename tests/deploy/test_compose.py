@@ -196,10 +196,10 @@ def test_triton_entry_point_probe_grace_shm_and_builder_dependency(compose: dict
         assert svc["user"] == "1000:1000" and svc["read_only"] is True and svc["cap_drop"] == ["ALL"]
         # A lost stub restarts tritonserver in place; anything else exits for the restart policy.
         assert "--restart-on=stub_exited,dead_stub" in svc["command"]
-    # 4 Python instances (2 preprocess, 2 NMS) on the GPU; on the CPU stack the generator's default 1, 2 and 1,
+    # 4 Python instances (2 preprocess, 2 NMS) on the GPU; on the CPU stack the generator's default 2, 2 and 2,
     # the embedded detector's two being Python models too.
     assert compose["services"]["triton"]["shm_size"] == "448m"
-    assert compose["services"]["triton-cpu"]["shm_size"] == "448m"
+    assert compose["services"]["triton-cpu"]["shm_size"] == "640m"
     assert "--instances" not in compose["services"]["builder-cpu"]["command"]
     # NVIDIA's host limits on the GPU stack only: a daemon that cannot raise memlock still runs the CPU stack.
     for name in ("builder", "triton"):

@@ -79,7 +79,7 @@ def _stub_environments(server: EmbeddedServer) -> list[dict[str, str]]:
 
 def test_every_backend_stub_runs_with_the_opencv_backstop(overload_server: OverloadServer) -> None:
     environments = _stub_environments(overload_server.server)
-    assert len(environments) == 2 * 4  # preprocess, two detector instances (the CPU default), nms; two ensembles
+    assert len(environments) == 2 * 6  # two instances of each step (the default); two ensembles
     assert {env.get(OPENCV_PIXEL_LIMIT_ENV) for env in environments} == {str(OPENCV_PIXEL_LIMIT)}
 
 

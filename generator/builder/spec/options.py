@@ -255,13 +255,15 @@ class BuildOptions:
         None, "--service-ms", "time one batch of --max-batch images takes through the three steps on the "
         "serving machine (default: measured on this machine during the build; give it for GPU targets)",
         above=0.0, high=600_000.0)
-    # None: two detector instances. Embedded on the CPU, each session gets every core (issue 27): a lone request
-    # still runs on the whole machine (issue 17: single-threaded instances doubled its time), a second request
-    # runs beside the first instead of behind it, and a request never waits for the one instance to finish
-    # returning the last batch (Triton 2.51's batcher then sometimes sleeps its full 500 ms). On a GPU one
-    # instance's copies overlap the other's compute. Triton's ONNX Runtime backend on the CPU keeps one.
+    # None: two instances of every step. Embedded on the CPU, each detector session gets every core (issue 27): a
+    # lone request still runs on the whole machine (issue 17: single-threaded instances doubled its time) and a
+    # second request runs beside the first instead of behind it. On a GPU one instance's copies overlap the
+    # other's compute. Two of every Python step because of Triton's dynamic batcher (generator/builder/stages/
+    # config/stranding.py): with a queue policy, a request queued behind a step's only instance can wait for the
+    # next request to arrive, up to 500 ms, after that instance is free. Triton's ONNX Runtime backend on the CPU
+    # keeps one detector instance (its sessions spin: two would each take every core).
     instances: tuple[int, int, int] | None = option(
-        None, "--instances", "instance counts of preprocess, detector, nms (default: 1 2 1; 1 1 1 for --target "
+        None, "--instances", "instance counts of preprocess, detector, nms (default: 2 2 2; 2 1 2 for --target "
         "onnxruntime on the CPU)", nargs=3, metavar=("PRE", "DET", "NMS"), low=1, high=64)
     # ONNX Runtime intra-op threads per detector instance. Embedded, 0: every core for each of the default two
     # instances (their sessions do not spin: two at once share the cores), cores / instances with --instances.
@@ -390,7 +392,7 @@ class BuildOptions:
         """Instances of preprocess, detector and NMS: ``--instances``, or the default for the detector's device."""
         if self.instances is not None:
             return self.instances
-        return (1, 1, 1) if self.target == "onnxruntime" and self.detector_device == "cpu" else (1, 2, 1)
+        return (2, 1, 2) if self.target == "onnxruntime" and self.detector_device == "cpu" else (2, 2, 2)
 
     @property
     def detector_thread_setting(self) -> int:

@@ -370,6 +370,17 @@ def test_the_default_budget_is_derived_from_a_slow_service_time_without_a_warnin
     assert "--max-queue-ms" not in built.manifest.rebuild  # a rebuild derives it again where it runs
 
 
+def test_a_step_of_one_instance_is_named_where_the_batcher_can_strand_a_request(
+        onnx_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The default runs two of every step; --instances 1 2 1 (the old default) says which steps run one."""
+    with caplog.at_level("WARNING"):
+        built = build_repository(onnx_path, tmp_path / "repo", BuildOptions(service_ms=100.0, instances=(1, 2, 1)))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith("yolo_nms, yolo_preprocess run one instance")
+    assert "500 ms" in warnings[0] and "--instances" in warnings[0]
+    assert read_config(built.output / "yolo_preprocess" / "config.pbtxt").instance_group[0].count == 1
+
+
 def test_an_explicit_budget_is_kept_and_still_warns(onnx_path: Path, tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING"):

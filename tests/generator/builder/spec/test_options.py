@@ -143,10 +143,12 @@ def test_the_detector_device_defaults_to_the_targets(kwargs: dict[str, object], 
 
 
 @pytest.mark.parametrize(("options", "counts"), [
-    (BuildOptions(), (1, 2, 1)),  # two CPU sessions of every core each: a lone request gets the whole machine
-    (BuildOptions(target="onnxruntime"), (1, 1, 1)),
-    (BuildOptions(device="gpu"), (1, 2, 1)),  # on a GPU one instance's copies overlap the other's compute
-    (BuildOptions(target="tensorrt"), (1, 2, 1)),
+    # Two of every step: two CPU sessions of every core each (a lone request gets the whole machine), and no
+    # Python step of one instance, behind which Triton's batcher can strand a request (config/stranding.py).
+    (BuildOptions(), (2, 2, 2)),
+    (BuildOptions(target="onnxruntime"), (2, 1, 2)),
+    (BuildOptions(device="gpu"), (2, 2, 2)),  # on a GPU one instance's copies overlap the other's compute
+    (BuildOptions(target="tensorrt"), (2, 2, 2)),
     (BuildOptions(instances=(2, 3, 4)), (2, 3, 4)),
 ])
 def test_instance_counts_default_to_the_detectors_device(options: BuildOptions, counts: tuple[int, int, int]) -> None:
