@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clients.rle import decode_counts
 from generator.serving.contract import KEYPOINTS, MASKS, ROTATED_BOXES, TASK_OUTPUTS, TOP_CLASSES, TOP_SCORES
 from tests.fixtures import ultralytics as fixtures
 from tests.fixtures.ultralytics.predict import TASK_FIXTURES
@@ -23,6 +24,26 @@ HEADS = {key.removesuffix("-static"): task for key, task in TASK_FIXTURES.items(
 EXPORTS = {"pose": "yolo11n-pose", "obb": "yolo11n-obb", "seg": "yolo11n-seg", "classify": "yolo11n-cls"}
 BEGIN, END = "<!-- task-matrix:begin -->", "<!-- task-matrix:end -->"
 PIXELS, SCORES = 1e-3, 1e-4
+# Each served mask against the in-process one: this process decodes and letterboxes with the test environment's
+# OpenCV, the server with its stub environment's pinned one, and their resizes differ in the last bit (OpenCV 4.14
+# and 5.1 against 4.11: boxes within 1e-3 px, a few mask pixels flipped at the threshold). Equal in all but these.
+MASK_IOU = 0.99
+
+
+def _mask_pixels(text: bytes) -> np.ndarray:
+    counts = decode_counts(text)
+    values = np.zeros(len(counts), dtype=bool)
+    values[1::2] = True
+    return np.repeat(values, counts)
+
+
+def _assert_masks_agree(served: list[bytes], expected: list[bytes]) -> None:
+    for index, (got, want) in enumerate(zip(served, expected, strict=True)):
+        a, b = _mask_pixels(got), _mask_pixels(want)
+        assert a.size == b.size, f"masks (RLE): mask {index} covers {a.size} pixels, not {b.size}"
+        union = int(np.count_nonzero(a | b))
+        iou = np.count_nonzero(a & b) / union if union else 1.0
+        assert iou >= MASK_IOU, f"masks (RLE): mask {index} IoU {iou:.4f} < {MASK_IOU}"
 
 
 def served_vs_in_process(served: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], task: str) -> int:
@@ -41,7 +62,7 @@ def served_vs_in_process(served: Mapping[str, np.ndarray], expected: Mapping[str
     elif task == "obb":
         np.testing.assert_allclose(served[ROTATED_BOXES][:count], expected[ROTATED_BOXES][:count], atol=PIXELS)
     elif task == "segment":
-        assert list(served[MASKS][:count]) == list(expected[MASKS][:count]), "masks (RLE)"
+        _assert_masks_agree(list(served[MASKS][:count]), list(expected[MASKS][:count]))
     return count
 
 
