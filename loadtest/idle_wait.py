@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from .trace_steps import Trace
 
 Interval = tuple[int, int]
+# Most of the batcher's 500 ms sleep (generator/builder/stages/config/stranding.py): a wait this long was one.
+FULL_SLEEP_MS = 400.0
 
 
 def _executions(steps: Sequence[Trace]) -> list[Interval]:
@@ -50,10 +52,6 @@ def idle_waits(tops: Sequence[Trace], instances: Mapping[str, int]) -> dict[str,
                                  instances[model]) / 1e6
                         for s in steps if "REQUEST_START" in s.stamps and "COMPUTE_START" in s.stamps]
     return waits
-
-
-# Most of the batcher's 500 ms sleep (generator/builder/stages/config/stranding.py): a wait this long was one.
-FULL_SLEEP_MS = 400.0
 
 
 def summary(waits: Sequence[float], threshold_ms: float = 5.0) -> dict[str, float]:
