@@ -103,10 +103,11 @@ def _window(side: Side, images: list[bytes], streams: int, settings: VersusSetti
     return result
 
 
-def _ratios(record: dict[str, Any], streams: tuple[int, ...], other: str) -> dict[str, float | None]:
-    """Served over ``other`` within one round: p50 at one stream, throughput and p95 at the others."""
+def _ratios(record: dict[str, Any], streams: tuple[int, ...], other: str, side: str = SERVED
+            ) -> dict[str, float | None]:
+    """``side`` (served) over ``other`` within one round: p50 at one stream, throughput and p95 at the others."""
     def ratio(key: str, n: int) -> float | None:
-        served, their = record[SERVED][str(n)][key], record[other][str(n)][key]
+        served, their = record[side][str(n)][key], record[other][str(n)][key]
         return round(served / their, 3) if served and their else None
 
     out: dict[str, float | None] = {}
@@ -136,6 +137,9 @@ def run_rounds(sides: list[Side], images: list[bytes], settings: VersusSettings,
                                  for n in settings.streams}
         record["loadavg_1m"].append(round(os.getloadavg()[0], 2))
         record["ratios"] = {other: _ratios(record, settings.streams, other) for other in names[1:]}
+        if VARIANT in names:  # the variant build against the same references, for its own goals
+            record["variant_ratios"] = {other: _ratios(record, settings.streams, other, VARIANT)
+                                        for other in names if other not in (SERVED, VARIANT)}
         rounds.append(record)
         _log_round(index + 1, record, names, settings.streams)
     return {"settings": asdict(settings), "sides": names, "rounds": rounds,
@@ -162,10 +166,18 @@ def summarise(rounds: list[dict[str, Any]], names: list[str], streams: tuple[int
     """Medians and ranges of every side's numbers and of the per-round ratios; the goals against the reference."""
     sides = {name: {str(n): {key: _spread([v for r in rounds if (v := r[name][str(n)].get(key)) is not None])
                              for key in ("rps", "p50_ms", "p95_ms", "cpu_ms_per_image")} for n in streams} for name in names}
-    ratios = {other: {key: _spread([v for r in rounds if (v := r["ratios"][other][key]) is not None])
-                      for key in rounds[0]["ratios"][other]} for other in names[1:]}
-    return {"sides": sides, "ratios": ratios,
-            "goals": {**goals(ratios.get(REFERENCE, {})), **goals_35(ratios)}}
+    ratios = _ratio_spreads(rounds, "ratios")
+    summary = {"sides": sides, "ratios": ratios, "goals": {**goals(ratios.get(REFERENCE, {})), **goals_35(ratios)}}
+    if "variant_ratios" in rounds[0]:
+        variant = _ratio_spreads(rounds, "variant_ratios")
+        summary |= {"variant_ratios": variant, "variant_goals": goals_35(variant)}
+    return summary
+
+
+def _ratio_spreads(rounds: list[dict[str, Any]], field: str) -> dict[str, dict[str, dict[str, float] | None]]:
+    """Median and range over the rounds of each per-round ratio in ``field`` (against each other side)."""
+    return {other: {key: _spread([v for r in rounds if (v := r[field][other][key]) is not None])
+                    for key in rounds[0][field][other]} for other in rounds[0][field]}
 
 
 def goals(ratios: dict[str, dict[str, float] | None]) -> dict[str, Any]:

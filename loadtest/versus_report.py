@@ -50,18 +50,31 @@ def _variant_lines(runs: list[tuple[int, dict[str, Any]]]) -> list[str]:
     lines = ["", f"The build against its variant ({' '.join(measured[0][1][VARIANT]['build_args'])}), both served "
              "by the same server in every round; served / variant below 1 at one stream's p50, or above 1 in "
              "images/s, favours the first build.", "",
-             "| cores | streams | measure | served | variant | served / variant | CPU ms per image, served / variant |",
-             "|---:|---:|---|---:|---:|---:|---|"]
+             "| cores | streams | measure | served | variant | served / variant | variant / detector | "
+             "variant / ultralytics | CPU ms per image, served / variant |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     for cores, run in measured:
         summary = run["summary"]
+        own = summary.get("variant_ratios", {})
         for n in run["settings"]["streams"]:
             for key, what in ([("p50_ms", "p50 ms"), ("rps", "images/s")] if n == 1 else [("rps", "images/s")]):
-                ratio = summary["ratios"][VARIANT].get("p50_1" if key == "p50_ms" else f"rps_{n}")
+                ratio_key = "p50_1" if key == "p50_ms" else f"rps_{n}"
+                ratio = summary["ratios"][VARIANT].get(ratio_key)
+                theirs = " | ".join(_cell(own.get(other, {}).get(ratio_key), 3) for other in (DETECTOR, ULTRALYTICS))
                 cells = [_cell(summary["sides"][side][str(n)][key]) for side in (SERVED, VARIANT)]
                 cpu = " / ".join(_cell(summary["sides"][side][str(n)].get("cpu_ms_per_image"), 0)
                                  for side in (SERVED, VARIANT))
-                lines.append(f"| {cores} | {n} | {what} | {cells[0]} | {cells[1]} | {_cell(ratio, 3)} | {cpu} |")
+                lines.append(f"| {cores} | {n} | {what} | {cells[0]} | {cells[1]} | {_cell(ratio, 3)} | {theirs} "
+                             f"| {cpu} |")
+    lines += ["", "Issue 35's goals for the variant (its own per-round ratios):", ""]
+    lines += _goal_lines(measured, "variant_goals")
     return lines
+
+
+def _goal_lines(runs: list[tuple[int, dict[str, Any]]], field: str = "goals") -> list[str]:
+    return [f"- {cores} cores, {name}: {'met' if goal['met'] else 'not met'} "
+            f"({', '.join(f'{k} {v}' for k, v in goal.items() if k not in ('met', 'goal'))})"
+            for cores, run in runs for name, goal in run["summary"].get(field, {}).items()]
 
 
 def report_lines(results: dict[str, Any]) -> list[str]:
@@ -91,10 +104,7 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     lines += ["", "Goals. Issue 27, against the in-process reference: one stream p50 ratio <= 1.05; 4 streams "
               "throughput ratio >= 1.3 at a p95 ratio <= 1. Issue 35: one stream images/s >= 1.05x Ultralytics'; "
               "a lone request's p50 <= 1.3x the bare detector's; 4 streams >= 1.3x Ultralytics as 4 processes.", ""]
-    for cores, run in runs:
-        for name, goal in run["summary"]["goals"].items():
-            lines.append(f"- {cores} cores, {name}: {'met' if goal['met'] else 'not met'} "
-                         f"({', '.join(f'{k} {v}' for k, v in goal.items() if k not in ('met', 'goal'))})")
+    lines += _goal_lines(runs)
     for cores, run in runs:
         lines += breakdown_lines(cores, run.get("breakdown"))
     return lines

@@ -2,12 +2,15 @@
 #
 # The slim CPU Triton image of the `cpu` stack: Triton 2.51.0 from the pinned nvidia-pytriton wheel
 # (sha256 in generator/server/embedded.py), the Python-backend stub environment from the project's lock
-# (generator/server/locks/stub-cpu.txt), on Debian bookworm (its Python 3.11 runs the wheel's 3.11 stub). It serves
-# `--target embedded` repositories, the server and ensemble CI tests. Build context: repo root. The wheel has
+# (generator/server/locks/stub-cpu.txt, or stub-openvino.txt), on Debian bookworm (its Python 3.11 runs the wheel's
+# 3.11 stub). It serves `--target embedded` repositories, the server and ensemble CI tests. Build context: repo root. The wheel has
 # an aarch64 build, so arm64 builds from this file too: docker buildx build --platform linux/arm64 ...
 ARG DEBIAN_IMAGE=debian:bookworm-20260918-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
 
 FROM ${DEBIAN_IMAGE} AS server
+# The stub environment: cpu (ONNX Runtime), or openvino (its pins and OpenVINO, about 180 MB more) for repositories
+# built with --cpu-engine openvino: docker compose build --build-arg STUB_ENV=openvino triton-cpu
+ARG STUB_ENV=cpu
 RUN apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null \
     && rm -rf /var/lib/apt/lists/*
@@ -25,10 +28,10 @@ RUN --mount=type=secret,id=build_ca --mount=type=cache,target=/var/cache/pip,sha
     if grep -qs "BEGIN CERTIFICATE" /run/secrets/build_ca; then export PIP_CERT=/run/secrets/build_ca; fi \
     && export PIP_CACHE_DIR=/var/cache/pip \
     && python3 -m venv /opt/bootstrap \
-    && PYTHONPATH=/opt/project /opt/bootstrap/bin/python -m generator.server.prepare --stub-env cpu \
+    && PYTHONPATH=/opt/project /opt/bootstrap/bin/python -m generator.server.prepare --stub-env "${STUB_ENV}" \
     && ln -s /opt/tde/tritonserver-*/tritonserver /opt/tde/server \
     && ln -s /opt/tde/tritonserver-*/libs /opt/tde/libs \
-    && ln -s /opt/tde/environments/stub-cpu-* /opt/tde/stub
+    && ln -s /opt/tde/environments/stub-"${STUB_ENV}"-* /opt/tde/stub
 
 FROM ${DEBIAN_IMAGE}
 # Python (the stub environment's base and the entry point's) and its shared library (the stub embeds it).

@@ -88,9 +88,10 @@ def dockerfile_violations(text: str, image: str, settings: Settings) -> list[str
         problems.append(f"{name}: pip install at container start; install at image build time")
     if image.startswith("triton") and f"COPY generator/server/watchdog.py {commands.WATCHDOG_PATH}" not in text:
         problems.append(f"{name}: must copy generator/server/watchdog.py to {commands.WATCHDOG_PATH} (probes)")
-    if image == "triton-cpu" and "-m generator.server.prepare --stub-env cpu" not in text:
+    if image == "triton-cpu" and not _prepares_cpu_stubs(text):
         problems.append(f"{name}: must prepare the pinned server and the locked stub environment with "
-                        "`python -m generator.server.prepare --stub-env cpu` at image build time")
+                        "`python -m generator.server.prepare --stub-env cpu` (or ${STUB_ENV}, an ARG of default cpu) "
+                        "at image build time")
     if image.startswith("builder") and "-m generator build --prepare" not in text:
         problems.append(f"{name}: must prepare Triton 2.51's config schema at image build time (the builder "
                         "runs with no network)")
@@ -167,3 +168,12 @@ def _opencv_floor_violations(requirements: Sequence[str]) -> list[str]:
             problems.append(f"pyproject.toml: {requirement!r} admits releases whose bundled libwebp has "
                             f"CVE-2023-4863; require >={'.'.join(map(str, OPENCV_FLOOR))}")
     return problems
+
+
+def _prepares_cpu_stubs(text: str) -> bool:
+    """The CPU image prepares the CPU stub environment: literally, or from its STUB_ENV build argument, cpu unless a
+    build asks for openvino (--cpu-engine openvino)."""
+    if "-m generator.server.prepare --stub-env cpu" in text:
+        return True
+    return (re.search(r"^ARG STUB_ENV=cpu$", text, re.M) is not None
+            and '-m generator.server.prepare --stub-env "${STUB_ENV}"' in text)

@@ -58,7 +58,8 @@ from generator.repository.write import write_repository
 from generator.serving.contract import GRAPH_NMS_LAYOUT
 from generator.serving.gpu.environment import detector_record
 from generator.serving.gpu.environment import record as preprocess_record
-from generator.serving.provider_check import CHECK_FILE
+from generator.serving.openvino_runner import ENGINE_PARAMETER
+from generator.serving.provider_check import CHECK_FILE, CHECK_PARAMETER
 
 if TYPE_CHECKING:
     from generator.builder.stages.precision.stage import PrecisionTransform
@@ -266,10 +267,18 @@ def step_parameters(options: BuildOptions, head_name: str) -> dict[str, dict[str
     extra: dict[str, dict[str, str]] = {"detector": {}, "nms": {"raw_output": head_name}}
     if options.target == "embedded":
         extra["detector"] = {"onnx_file": "model.onnx", "intra_op_threads": str(options.detector_thread_setting),
-                             **({"spin_wait": spin} if (spin := options.detector_spin_setting) else {})}
+                             **({"spin_wait": spin} if (spin := options.detector_spin_setting) else {}),
+                             **_engine_parameters(options)}
     elif options.target == "onnxruntime":
         extra["detector"] = onnxruntime_thread_parameters(options)
     return extra
+
+
+def _engine_parameters(options: BuildOptions) -> dict[str, str]:
+    """Another CPU engine (``--cpu-engine``) and the control images it is checked with at load."""
+    if options.cpu_engine == "onnxruntime":
+        return {}
+    return {ENGINE_PARAMETER: options.cpu_engine, CHECK_PARAMETER: CHECK_FILE}
 
 
 def onnxruntime_thread_parameters(options: BuildOptions) -> dict[str, str]:

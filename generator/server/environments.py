@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 LOCKS = Path(__file__).parent / "locks"
 DIGEST_FILE = "lock.sha256"  # written last: an environment without it was never finished
 _PYTHON_GPU_CONFIG = re.compile(r'backend\s*:\s*"python"[\s\S]*\bkind\s*:\s*KIND_GPU\b')
+_OPENVINO_CONFIG = re.compile(r'key\s*:\s*"cpu_engine"\s*value\s*\{\s*string_value\s*:\s*"openvino"')
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class LockedEnvironment:
 STUB_CPU = LockedEnvironment("stub-cpu")
 STUB_GPU = LockedEnvironment("stub-gpu", min_python=(3, 11))  # onnxruntime-gpu 1.31 has no 3.10 wheels
 PERF_ANALYZER = LockedEnvironment("perf-analyzer")
-STUB_ENVIRONMENTS = {"cpu": STUB_CPU, "gpu": STUB_GPU}
+STUB_OPENVINO = LockedEnvironment("stub-openvino")  # stub-cpu's pins and OpenVINO (--cpu-engine openvino)
+STUB_ENVIRONMENTS = {"cpu": STUB_CPU, "gpu": STUB_GPU, "openvino": STUB_OPENVINO}
 
 
 @dataclass(frozen=True)
@@ -76,12 +78,16 @@ class Environment:
 
 
 def stub_environment_for(repositories: list[Path]) -> LockedEnvironment:
-    """The GPU stub environment when a Python-backend model of the repositories has KIND_GPU instances."""
-    for repository in repositories:
-        for config in repository.glob("*/config.pbtxt"):
-            if _PYTHON_GPU_CONFIG.search(config.read_text(errors="replace")):
-                return STUB_GPU
-    return STUB_CPU
+    """The GPU stub environment when a Python-backend model of the repositories has KIND_GPU instances, the
+    OpenVINO one when a detector runs on OpenVINO (``--cpu-engine openvino``), else the CPU one."""
+    texts = [config.read_text(errors="replace") for repository in repositories
+             for config in sorted(repository.glob("*/config.pbtxt"))]
+    gpu = any(_PYTHON_GPU_CONFIG.search(text) for text in texts)
+    openvino = any(_OPENVINO_CONFIG.search(text) for text in texts)
+    if gpu and openvino:
+        raise ServerError("these repositories need two stub environments: a GPU step (KIND_GPU) and a detector "
+                          "built with --cpu-engine openvino; serve them on separate servers, or rebuild one")
+    return STUB_GPU if gpu else STUB_OPENVINO if openvino else STUB_CPU
 
 
 def is_verified(root: Path, locked: LockedEnvironment) -> bool:

@@ -89,7 +89,7 @@ def bucket_chunks(size: int, buckets: Sequence[int]) -> list[tuple[int, int, int
     return plan
 
 
-_INPUT_DTYPES = {"tensor(uint8)": np.uint8, "tensor(float16)": np.float16, "tensor(float)": np.float32}
+INPUT_DTYPES = {"tensor(uint8)": np.uint8, "tensor(float16)": np.float16, "tensor(float)": np.float32}
 
 
 class CudaProviderError(RuntimeError):
@@ -158,11 +158,11 @@ class OnnxRunner:
         size = len(batch)
         if self._buckets:
             plan = bucket_chunks(size, list(self._buckets))
-            pieces = [[out[: stop - start] for out in self._run_chunk(_padded(batch[start:stop], bucket),
+            pieces = [[out[: stop - start] for out in self._run_chunk(padded(batch[start:stop], bucket),
                                                                       self._buckets[bucket], lap)]
                       for start, stop, bucket in plan]
         else:
-            pieces = [self._run_chunk(_padded(batch[start:stop], self.static_batch or stop - start), lap=lap)
+            pieces = [self._run_chunk(padded(batch[start:stop], self.static_batch or stop - start), lap=lap)
                       for start, stop in chunks(size, self.static_batch)]
         if len(pieces) == 1 and len(pieces[0][0]) == size:
             return pieces[0]
@@ -199,14 +199,14 @@ class OnnxRunner:
         item = list(item_shape) if item_shape is not None else self.input_shape[1:]
         if not all(isinstance(d, int) for d in item):
             return []
-        dtype = _INPUT_DTYPES.get(self.input_type, np.float32)
+        dtype = INPUT_DTYPES.get(self.input_type, np.float32)
         sizes = sorted(self._buckets) if self._buckets else sorted({self.static_batch or s for s in batch_sizes})
         for size in sizes:
             self.run(np.zeros((size, *item), dtype=dtype))
         return sizes
 
 
-def _padded(chunk: Any, size: int) -> Any:
+def padded(chunk: Any, size: int) -> Any:
     """``chunk`` with zero images appended up to ``size``."""
     missing = size - len(chunk)
     if missing <= 0:

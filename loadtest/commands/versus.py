@@ -90,6 +90,7 @@ def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, st
         return
     from generator.errors import GeneratorError
     from generator.server.embedded import EmbeddedServer
+    from generator.server.environments import stub_environment_for
 
     from ..trace_steps import trace_flags
 
@@ -97,8 +98,10 @@ def served(args: argparse.Namespace, work: Path) -> Iterator[tuple[Path, str, st
     trace_file = work / "trace.json"
     second = (f"--model-repository={variant.resolve()}",) if variant else ()  # Triton serves every one given
     try:
+        # The stubs' environment fits both builds (a --cpu-engine openvino variant needs OpenVINO's).
+        stub = stub_environment_for([repository, *([variant] if variant else [])])
         with EmbeddedServer(repository, http, grpc_port, metrics, log_file=work / "tritonserver.log",
-                            extra_args=(*trace_flags(trace_file), *second)) as server:
+                            extra_args=(*trace_flags(trace_file), *second), stub=stub) as server:
             pid = server.process.pid if server.process else None
             yield repository, server.grpc_url, server.metrics_url, pid, (server.http_url, trace_file)
     except GeneratorError as exc:

@@ -90,6 +90,7 @@ SOURCES: dict[str, Callable[[], set[str]]] = {
     "ONNX Runtime, yours": lambda: extra("onnxruntime", "build"),
     "ONNX Runtime, embedded stubs": lambda: lock("onnxruntime", "stub-cpu") | lock("onnxruntime-gpu", "stub-gpu"),
     "ONNX Runtime, NGC image": ngc_onnxruntime,
+    "OpenVINO, embedded stubs": lambda: lock("openvino", "stub-openvino") | extra("openvino", "openvino"),
     "CuPy": lambda: lock("cupy-cuda13x", "stub-gpu") | extra("cupy-cuda13x", "gpu"),
     "nvImageCodec": lambda: lock("nvidia-nvimgcodec-cu13", "stub-gpu") | extra("nvidia-nvimgcodec-cu13", "gpu"),
     "onnx": lambda: extra("onnx", "build"),

@@ -90,6 +90,10 @@ def test_triton_is_pinned_at_or_above_25_07_and_builder_uses_the_same_release(
         text = (rendered_dir / f"docker/{image}.Dockerfile").read_text()
         assert dockerfile_violations(text, image, Settings()) == [], image
         assert "# syntax" not in text  # BuildKit would fetch that frontend from a registry first
+    # The CPU image prepares the CPU stub environment unless its build asks for another (STUB_ENV=openvino).
+    cpu = (rendered_dir / "docker/triton-cpu.Dockerfile").read_text()
+    for broken in (cpu.replace("ARG STUB_ENV=cpu", "ARG STUB_ENV=gpu"), cpu.replace("--stub-env", "--stub")):
+        assert any("must prepare the pinned server" in p for p in dockerfile_violations(broken, "triton-cpu", Settings()))
 
 
 _NGC = "ARG TRITON_RELEASE={release}\nARG TRITON_BASE_DIGEST={digest}\nFROM {base}\n" \

@@ -38,4 +38,5 @@ def test_the_images_first_stage_copies_exactly_the_prepare_sources() -> None:
     copied = [word for line in first_stage.splitlines() if line.startswith("COPY ")
               for word in line.split()[1:-1] if not word.startswith("--")]
     assert sorted(copied) == sorted(PREPARE_SOURCES)
-    assert "-m generator.server.prepare --stub-env cpu" in first_stage
+    assert "ARG STUB_ENV=cpu" in first_stage  # the default; --build-arg STUB_ENV=openvino for --cpu-engine openvino
+    assert '-m generator.server.prepare --stub-env "${STUB_ENV}"' in first_stage

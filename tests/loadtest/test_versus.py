@@ -209,8 +209,12 @@ def test_a_variant_build_is_one_more_side_paired_with_the_first_and_reported_bes
            "reference": {"onnx": "m.onnx", "session": "defaults", "decode": "full"}, **rounds}
     lines = report_lines(one)
     assert any("its variant (--detector-spin run)" in line for line in lines)
-    (row,) = [line for line in lines if line.startswith("| 2 | 1 | p50 ms |") and line.count("|") == 8]
+    (row,) = [line for line in lines if line.startswith("| 2 | 1 | p50 ms |") and line.count("|") == 10]
     assert float(row.split("|")[6].split()[0]) < 0.6  # served / variant, the round's own ratio
+    # The variant against the other sides in the same rounds: its own issue-35 goals come from these.
+    assert 1.7 < rounds["summary"]["variant_ratios"][REFERENCE]["p50_1"]["median"] < 2.3
+    assert set(rounds["summary"]["variant_ratios"]) == {REFERENCE}
+    assert any(line.startswith("Issue 35's goals for the variant") for line in lines)
 
 
 def test_a_variant_needs_both_builds_made_here() -> None:

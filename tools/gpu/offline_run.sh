@@ -13,6 +13,7 @@
 #                                         after install (CORES="4 2 1": tools/gpu/spin_probe.py pinned to each)
 #
 # STUBS=cpu VERSUS_ONNX=PATH ... prepare: only what `versus` needs (issue 27, CPU only): the cpu stub environment
+# (STUBS=cpu,openvino adds OpenVINO's, for VARIANT_ARGS="--cpu-engine openvino")
 # and the runtime for build, client and loadtest, no GPU repositories; the calls are then the parts, install and
 # versus (CORES=1,2,4,... picks the core counts, SPIN=1 builds with --detector-spinning, BUILD_ARGS="..." any other
 # variant, VARIANT_ARGS="..." a second build paired with the first in the same rounds, WINDOW the seconds per window,
@@ -103,14 +104,15 @@ tree_bytes() {  # what every call carries besides its parts: tracked and untrack
 
 prepare() {
   local stubs=${STUBS:-cpu,gpu} runtime=build,client,loadtest,rollout
-  [ "$stubs" = cpu ] && [ -z "${VERSUS_ONNX:-}" ] && { echo "error: STUBS=cpu prepares versus: give VERSUS_ONNX=PATH"; return 1; }
+  local cpu_only=0; [[ "$stubs" != *gpu* ]] && cpu_only=1  # cpu, or cpu,openvino: only what versus needs
+  [ $cpu_only = 1 ] && [ -z "${VERSUS_ONNX:-}" ] && { echo "error: STUBS=$stubs prepares versus: give VERSUS_ONNX=PATH"; return 1; }
   local exclude; exclude="$(git rev-parse --git-common-dir)/info/exclude"
   grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
   rm -rf "$W" && mkdir -p "$W/archive" || return 1
   local tree; tree=$(tree_bytes)
   # 64 MiB a call, less the tree and 1.5 MiB of margin (the last call carries the data too).
   local part_mib=${PART_MIB:-$(( (64 * 1048576 - tree - 1572864) / 1048576 ))}
-  [ "$stubs" = cpu ] && runtime=build,client,loadtest  # versus builds, serves and loads; no rollout
+  [ $cpu_only = 1 ] && runtime=build,client,loadtest  # versus builds, serves and loads; no rollout
   local target=(--stub-env "$stubs" --python 3.12 --machine x86_64 --present tools/gpu/h200-present.txt)
   [ "$DRY" = 1 ] && target=(--stub-env cpu)
   "$PY" -m generator archive "${target[@]}" --schema --runtime "$runtime" --split "${part_mib}M" \
@@ -119,7 +121,7 @@ prepare() {
   for f in "$W"/archive/*.tar.[0-9][0-9][0-9]-of-*; do
     n=$((n + 1)); mkdir -p "$(printf '%s/p%02d' "$W" "$n")" && mv "$f" "$(printf '%s/p%02d/' "$W" "$n")"
   done
-  if [ "$stubs" != cpu ]; then
+  if [ $cpu_only = 0 ]; then
     mkdir -p "$W/data" && build_repos || { echo "error: building the repositories failed"; return 1; }
   fi
   rm -rf "$W/archive" "$W/calib" "$W/y11.onnx"

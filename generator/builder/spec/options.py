@@ -27,6 +27,7 @@ SpeedGateMode = Literal["keep-faster", "record", "off"]
 HardwareCompatibility = Literal["none", "ampere_plus", "same_compute_capability"]
 Device = Literal["cpu", "gpu"]
 DetectorSpin = Literal["off", "run", "alone"]
+CpuEngine = Literal["onnxruntime", "openvino"]
 GpuHandoff = Literal["auto", "device", "host"]
 FuseMode = Literal["auto", "on", "off"]
 TARGETS: tuple[Target, ...] = ("embedded", "onnxruntime", "tensorrt")
@@ -286,6 +287,11 @@ class BuildOptions:
                                          "when the last concurrent run returns); 'alone': only for a run that "
                                          "finds no other detector instance running (two sessions per "
                                          "instance); 'off': they sleep")
+    # openvino: the same served graph on OpenVINO's CPU plugin (f32), checked against ONNX Runtime's detections on
+    # the build's control images at load (generator/serving/openvino_runner.py, docs/PERFORMANCE.md, issue 35).
+    cpu_engine: CpuEngine = option("onnxruntime", "--cpu-engine", "embedded CPU detector: the engine that runs "
+                                   "the served graph, 'onnxruntime' or 'openvino' (OpenVINO's CPU plugin at f32, "
+                                   "served from the openvino stub environment)")
     calibration: PrecisionOptions = field(default_factory=PrecisionOptions)
     gate: GateOptions = field(default_factory=GateOptions)
     tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
@@ -321,6 +327,8 @@ class BuildOptions:
         if self.detector_spin != "off" and self.target != "embedded":
             raise SpecError(f"--detector-spin {self.detector_spin} sets the embedded detector's session (ONNX "
                             "Runtime in the Python backend): use it with --target embedded")
+        if self.cpu_engine != "onnxruntime":
+            self._check_cpu_engine()
         if self.gpu_handoff != "auto" and self.preprocess_device != "gpu":
             raise SpecError(f"--gpu-handoff {self.gpu_handoff} sets how the GPU preprocess hands its images over: "
                             "use it with --preprocess-device gpu")
@@ -330,6 +338,21 @@ class BuildOptions:
             self._check_second_stage()
         if self.tensorrt.defer_plan and self.target != "tensorrt":
             raise SpecError("--defer-plan leaves the TensorRT plan to build later: use it with --target tensorrt")
+
+    def _check_cpu_engine(self) -> None:
+        """Another CPU engine runs the embedded CPU detector's graph in the Python backend, without ONNX Runtime's
+        session settings."""
+        engine = f"--cpu-engine {self.cpu_engine}"
+        if self.target != "embedded" or self.detector_device != "cpu":
+            raise SpecError(f"{engine} runs the embedded CPU detector (the Python backend): use it with --target "
+                            "embedded and without --device gpu")
+        if self.detector_spinning or self.detector_spin != "off":
+            raise SpecError(f"{engine}: --detector-spinning and --detector-spin set ONNX Runtime's workers; give one")
+        if self.classifier is not None:
+            raise SpecError(f"{engine} runs one detector: drop --classifier (its crops run on ONNX Runtime)")
+        if self.normalise_in != "graph":
+            raise SpecError(f"{engine} is checked against ONNX Runtime's detections on the build's uint8 control "
+                            "images at load: drop --normalise-in preprocess")
 
     def _check_fused(self) -> None:
         """A fused preprocess and detector is one Python step: the embedded detector, uint8 images, one stage."""

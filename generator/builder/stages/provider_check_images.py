@@ -1,8 +1,9 @@
-"""The control images a GPU detector checks its provider with at load (generator/serving/provider_check.py).
+"""The control images a GPU detector (or another CPU engine) checks its provider with at load
+(generator/serving/provider_check.py).
 
 A few synthetic scenes, letterboxed by the serving preprocess, and the head the served graph gives on ONNX Runtime's
 CPU provider, the path the accuracy gate measures. Written beside the served graph of ``--target embedded --device
-gpu`` builds whose detector takes the letterboxed uint8 batch (``--normalise-in graph``, the default).
+gpu`` and ``--cpu-engine openvino`` builds whose detector takes the letterboxed uint8 batch (``--normalise-in graph``, the default).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ _SEED = 20_261_203
 
 
 def wants_check(options: BuildOptions) -> bool:
-    return options.target == "embedded" and options.detector_device == "gpu" and options.normalise_in == "graph"
+    """The embedded GPU detector (uint8 input) and another CPU engine (``--cpu-engine``) check theirs at load."""
+    embedded = options.target == "embedded" and options.normalise_in == "graph"
+    return embedded and (options.detector_device == "gpu" or options.cpu_engine != "onnxruntime")
 
 
 def control_file(served_onnx: bytes, info_served: DetectorInfo, options: BuildOptions) -> bytes:

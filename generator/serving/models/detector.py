@@ -6,7 +6,8 @@ left in GPU memory arrive there: it is bound in place (``ensemble_pipeline.cuda_
 to the host once, for the NMS step. A dynamic-batch export gets one session per batch bucket, each run once at
 load (``ensemble_pipeline.runner.batch_buckets``). Then the control images the build stored beside the graph
 run on this provider: a GPU detector whose detections differ from the CPU provider's (what the accuracy gate
-measured) refuses to load (``ensemble_pipeline.provider_check``).
+measured) refuses to load (``ensemble_pipeline.provider_check``). With the ``cpu_engine`` parameter "openvino"
+(``--cpu-engine openvino``) the graph runs on OpenVINO's CPU plugin instead, checked the same way at load.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import triton_python_backend_utils as pb_utils
 from ensemble_common import StepMetrics, failed, parameters, split_responses, stack_inputs
 from ensemble_pipeline.activity import Activity, lock_path
 from ensemble_pipeline.cuda_provider import DEVICE_PARAMETER, CudaSettings, stack_tensors
+from ensemble_pipeline.openvino_runner import ENGINE_PARAMETER, OPENVINO, OpenVinoRunner
 from ensemble_pipeline.phases import (
     ALONE_DETECTOR_PHASES,
     DETECTOR_PHASES,
@@ -55,13 +57,20 @@ class TritonPythonModel:
         # "true": always; "run": only while a run lasts; "alone": only while a run that found no other instance
         # running lasts, from a second session (ensemble_pipeline.activity); see pipeline.step_parameters
         spin = params.get("spin_wait")
-        self.runner = OnnxRunner(str(path), threads, spin_wait=spin in ("true", "run"), spin_stop=spin == "run",
-                                 cuda=cuda, buckets=batch_buckets(max_batch) if cuda else ())
+        self.runner: OnnxRunner | OpenVinoRunner
+        if params.get(ENGINE_PARAMETER) == OPENVINO:  # --cpu-engine openvino (ensemble_pipeline.openvino_runner)
+            self.runner = OpenVinoRunner(str(path), threads)
+        else:
+            self.runner = OnnxRunner(str(path), threads, spin_wait=spin in ("true", "run"), spin_stop=spin == "run",
+                                     cuda=cuda, buckets=batch_buckets(max_batch) if cuda else ())
         self.alone: tuple[Activity, OnnxRunner] | None = None
         if spin == "alone" and cuda is None:
             self.alone = (Activity(lock_path(args["model_repository"])),
                           OnnxRunner(str(path), threads, spin_wait=True, spin_stop=True))
         self.phases = GPU_DETECTOR_PHASES if cuda else ALONE_DETECTOR_PHASES if self.alone else DETECTOR_PHASES
+        if isinstance(self.runner, OpenVinoRunner):
+            self.check_engine(path, params, f"OpenVINO {self.runner.version} on the CPU ({threads} threads)")
+            self.runner.warm_up()  # the plugin prepares each input shape on its first run
         if cuda is not None:
             # Each session sets up its cuDNN state, kernels and memory on its first run: all of them now.
             size = (int(params["input_height"]), int(params["input_width"]))
@@ -70,11 +79,16 @@ class TritonPythonModel:
             warmed = self.runner.warm_up((1, max_batch), served_item(dims, size))
             pb_utils.Logger.log_info(f"detector: CUDA provider on GPU {self.device_id} ({cuda.parameters()}), "
                                      f"sessions warmed up at batch {warmed}")
-            check = params.get(CHECK_PARAMETER)
-            if check:  # refuse to serve detections the accuracy gate never saw (provider_check.py)
-                verdict = check_provider(self.runner.run, path.parent / check, f"the CUDA provider on GPU {self.device_id}",
-                                         float(params.get(MIN_AGREEMENT_PARAMETER, MIN_AGREEMENT)))
-                pb_utils.Logger.log_info(f"detector: {verdict}")
+            self.check_engine(path, params, f"the CUDA provider on GPU {self.device_id}")
+
+    def check_engine(self, path: Path, params: dict[str, str], engine: str) -> None:
+        """Refuse to serve detections the accuracy gate never saw (provider_check.py): the control images the build
+        stored, run on this engine, must give what ONNX Runtime's CPU provider gave."""
+        check = params.get(CHECK_PARAMETER)
+        if check:
+            verdict = check_provider(self.runner.run, path.parent / check, engine,
+                                     float(params.get(MIN_AGREEMENT_PARAMETER, MIN_AGREEMENT)))
+            pb_utils.Logger.log_info(f"detector: {verdict}")
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:

@@ -112,3 +112,34 @@ def test_environments_are_filled_by_this_interpreters_pip_old_or_new(tmp_path: P
     assert new[:5] == [sys.executable, "-m", "pip", "--python", str(tmp_path / "bin" / "python")]
     old = pip_into(tmp_path, (22, 2))
     assert "--python" not in old and old[old.index("--prefix") + 1] == str(tmp_path) and "--ignore-installed" in old
+
+
+def _openvino_detector(repository: Path) -> None:
+    (repository / "det").mkdir(parents=True)
+    (repository / "det" / "config.pbtxt").write_text(
+        'name: "det"\nbackend: "python"\ninstance_group [ { count: 2, kind: KIND_CPU } ]\n'
+        'parameters {\n  key: "cpu_engine"\n  value { string_value: "openvino" }\n}\n')
+
+
+def test_an_openvino_detector_chooses_the_openvino_stub_environment(tmp_path: Path) -> None:
+    from generator.errors import ServerError
+    from generator.server.environments import STUB_OPENVINO
+
+    cpu, openvino, gpu = tmp_path / "cpu", tmp_path / "openvino", tmp_path / "gpu"
+    _model(cpu, "pre", "python", "KIND_CPU")
+    _openvino_detector(openvino)
+    _model(gpu, "pre", "python", "KIND_GPU")
+    assert stub_environment_for([openvino]) is STUB_OPENVINO
+    assert stub_environment_for([cpu, openvino]) is STUB_OPENVINO  # its lock holds every pin of the CPU one
+    assert EmbeddedServer(openvino).stub is STUB_OPENVINO
+    with pytest.raises(ServerError, match="need two stub environments"):
+        stub_environment_for([openvino, gpu])
+
+
+def test_the_openvino_lock_pins_the_cpu_locks_packages_and_openvino() -> None:
+    from generator.server.environments import STUB_OPENVINO
+    from generator.server.offline import lock_hashes
+
+    cpu, openvino = STUB_CPU.lock.read_text(), STUB_OPENVINO.lock.read_text()
+    assert lock_hashes(cpu).items() <= lock_hashes(openvino).items()
+    assert "openvino==" in openvino

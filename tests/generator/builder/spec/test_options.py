@@ -169,3 +169,29 @@ def test_detector_spin_run_is_its_own_value_and_contradicts_always_spinning() ->
         BuildOptions(detector_spinning=True, detector_spin="run")
     with pytest.raises(SpecError, match="--detector-spin run sets the embedded detector's session"):
         BuildOptions(target="onnxruntime", detector_spin="run")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"target": "onnxruntime"}, "runs the embedded CPU detector"),
+    ({"device": "gpu"}, "runs the embedded CPU detector"),
+    ({"detector_spin": "run"}, "set ONNX Runtime's workers"),
+    ({"detector_spinning": True}, "set ONNX Runtime's workers"),
+    ({"normalise_in": "preprocess"}, "uint8 control images"),
+])
+def test_another_cpu_engine_is_for_the_embedded_cpu_detector(kwargs: dict[str, object], message: str) -> None:
+    assert BuildOptions().cpu_engine == "onnxruntime"  # the shipped default
+    with pytest.raises(SpecError, match=f"^--cpu-engine openvino.*{message}"):
+        BuildOptions(cpu_engine="openvino", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="unknown --cpu-engine 'tensorflow'"):
+        BuildOptions(cpu_engine="tensorflow")  # type: ignore[arg-type]
+
+
+def test_openvino_detector_gets_its_engine_and_a_control_set() -> None:
+    from generator.builder.pipeline import step_parameters
+    from generator.builder.stages.provider_check_images import wants_check
+
+    options = BuildOptions(cpu_engine="openvino")
+    detector = step_parameters(options, "output0")["detector"]
+    assert detector["cpu_engine"] == "openvino" and detector["provider_check"] == "provider_check.npz"
+    assert wants_check(options) and not wants_check(BuildOptions())
+    assert "cpu_engine" not in step_parameters(BuildOptions(), "output0")["detector"]
